@@ -1,0 +1,104 @@
+"""Canonical metric roles and the names real frameworks use for them.
+
+Matching is exact (after lower-casing), never by substring: ``loss_cls`` is not the loss. Users
+extend the table in YAML (``roles:`` in a rules file) through :func:`RoleTable.extended`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping
+
+ROLES = ("loss", "val_loss", "lr", "grad_norm", "throughput", "step_time", "memory", "epoch")
+
+DEFAULT_ALIASES: Mapping[str, tuple[str, ...]] = {
+    "loss": ("loss", "train_loss", "train/loss", "total_loss", "trl", "train/loss_epoch",
+             "train_loss_epoch", "train_loss_step", "train/total_loss"),
+    "val_loss": ("val_loss", "eval_loss", "val/loss", "eval/loss", "valid_loss", "tel",
+                 "validation_loss", "val_loss_epoch", "test_loss"),
+    "lr": ("lr", "learning_rate", "train/learning_rate", "train/lr", "lr-0"),
+    "grad_norm": ("grad_norm", "train/grad_norm", "gnorm", "norm", "grad_2.0_norm_total",
+                  "grad-norm", "gradnorm", "total_norm"),
+    "throughput": ("throughput", "tokens_per_sec", "tok/s", "samples_per_second",
+                   "train_samples_per_second", "tokens_per_second", "samples/s", "tps",
+                   "train/throughput"),
+    "step_time": ("step_time", "time_per_step", "iter_time", "data_time_per_step",
+                  "train/step_time", "dt", "batch_time"),
+    "memory": ("memory", "mem", "memory_allocated", "gpu_mem", "max_memory_allocated",
+               "rss", "memory_mb", "train/memory"),
+    "epoch": ("epoch", "train/epoch"),
+}
+
+# Patterns for names that carry a varying part, e.g. Lightning's ``lr-AdamW``.
+DEFAULT_PATTERNS: Mapping[str, tuple[str, ...]] = {
+    "lr": (r"lr-[a-z0-9_]+", r"lr-[a-z0-9_]+/pg\d+"),
+}
+
+_HIGHER_IS_BETTER = re.compile(
+    r"(^|[/_\-.])(acc|accuracy|top1|top5|map|ap|ap50|ap75|bbox_map|segm_map|f1|auc|auroc|"
+    r"precision|recall|iou|miou|dice|bleu|rouge\w*|psnr|ssim|r2|throughput|tokens_per_sec|"
+    r"samples_per_second|tps|mfu|reward)($|[/_\-.]\w*$)",
+    re.IGNORECASE,
+)
+
+
+@dataclass(frozen=True)
+class RoleTable:
+    """Maps metric names to roles; exact names first, then anchored patterns."""
+
+    aliases: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: dict(DEFAULT_ALIASES))
+    patterns: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: dict(DEFAULT_PATTERNS))
+
+    def __post_init__(self) -> None:
+        exact: dict[str, str] = {}
+        for role, names in self.aliases.items():
+            for n in names:
+                exact.setdefault(n.lower(), role)
+        compiled = [
+            (role, re.compile(p, re.IGNORECASE)) for role, ps in self.patterns.items() for p in ps
+        ]
+        object.__setattr__(self, "_exact", exact)
+        object.__setattr__(self, "_compiled", compiled)
+
+    def role_of(self, name: str) -> str | None:
+        r = self._exact.get(name.lower())  # type: ignore[attr-defined]
+        if r is not None:
+            return r
+        for role, rx in self._compiled:  # type: ignore[attr-defined]
+            if rx.fullmatch(name):
+                return role
+        return None
+
+    def resolve(self, names: Iterable[str]) -> dict[str, str]:
+        """role -> the metric name that plays it, picking the earliest alias when several match."""
+        found: dict[str, tuple[int, str]] = {}
+        for n in names:
+            role = self.role_of(n)
+            if role is None:
+                continue
+            aliases = [a.lower() for a in self.aliases.get(role, ())]
+            rank = aliases.index(n.lower()) if n.lower() in aliases else len(aliases)
+            if role not in found or rank < found[role][0]:
+                found[role] = (rank, n)
+        return {role: n for role, (_r, n) in found.items()}
+
+    def extended(self, extra: Mapping[str, Iterable[str]]) -> RoleTable:
+        """A table with user aliases added in front of the defaults (they win ties)."""
+        merged = {r: tuple(a) for r, a in self.aliases.items()}
+        for role, names in extra.items():
+            if role not in ROLES:
+                raise ValueError(f"roles.{role}: unknown role (expected one of {', '.join(ROLES)})")
+            merged[role] = tuple(names) + merged.get(role, ())
+        return RoleTable(merged, self.patterns)
+
+
+def higher_is_better(name: str) -> bool:
+    """Accuracy-like metrics improve upwards; losses and everything else downwards."""
+    base = name.rsplit("/", 1)[-1]
+    if "loss" in base.lower() or "err" in base.lower() or "ppl" in base.lower():
+        return False
+    return bool(_HIGHER_IS_BETTER.search(name))
+
+
+DEFAULT_ROLES = RoleTable()
