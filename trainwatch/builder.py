@@ -147,7 +147,7 @@ class BatchBuilder:
             pos = self._next_pos
         self._next_pos = max(self._next_pos, pos + 1)
         if type(record) is not dict:
-            self.add_malformed(line, f"expected a JSON object, got {type(record).__name__}")
+            self.add_malformed(line, f"expected a JSON object, got {type(record).__name__}; line skipped")
             return False
         gi = len(self._g_pos)
         step = coerce_step(record.get("step"))

@@ -10,8 +10,9 @@ by line by the generic path, which applies every rule of docs/format.md.
 from __future__ import annotations
 
 import json
-import re
 import time as _time
+from itertools import chain
+from operator import attrgetter
 from typing import Any, Callable
 
 import msgspec
@@ -23,7 +24,6 @@ from trainwatch.builder import BatchBuilder, StreamState
 MAX_LINE_BYTES = 1 << 20
 """Lines longer than this are skipped and reported (a runaway print, not a metric record)."""
 MAX_FAST_FIELDS = 256
-_NONFINITE_TOKEN = re.compile(rb"NaN|Infinity")
 _generic_decoder = msgspec.json.Decoder()
 
 
@@ -49,13 +49,17 @@ class _FastSchema:
         )
         self.many = msgspec.json.Decoder(list[struct])
         self.one = msgspec.json.Decoder(struct)
-        self.astuple = msgspec.structs.astuple
+        self._row = attrgetter(*[f"f{i}" for i in range(len(keys))])
 
     def columns(self, objs: list[Any]) -> dict[str, np.ndarray]:
-        if not objs:
+        """Struct rows -> one float64 column per key, without an intermediate list of tuples."""
+        n, k = len(objs), len(self.keys)
+        if not n:
             return {}
-        table = np.array([self.astuple(o) for o in objs], dtype=np.float64)
-        return {k: table[:, i] for i, k in enumerate(self.keys)}
+        rows = map(self._row, objs)
+        flat = chain.from_iterable(rows) if k > 1 else rows
+        table = np.fromiter(flat, dtype=np.float64, count=n * k).reshape(n, k)
+        return {key: table[:, i] for i, key in enumerate(self.keys)}
 
 
 class JsonlParser:
@@ -89,45 +93,128 @@ class JsonlParser:
         if reset:
             self.reset()
         builder = BatchBuilder(self.source, self.state, self.format, self.clock)
+        if self._schema is None:
+            self._learn_from_head(data[: 1 << 16].split(b"\n"))
+        self._parse_span(data, first_line, builder)
+        self._learn(builder.seen_keys)
+        return builder.build(reset=reset)
+
+    def _parse_span(self, data: bytes, first_line: int, builder: BatchBuilder) -> None:
+        """Whole lines -> records. Record positions are line numbers, so paths can interleave."""
+        if not data or self._fast_block(data, first_line, builder):
+            return
+        if self._schema is not None and (b"NaN" in data or b"Infinity" in data):
+            # Python's json.dumps writes bare NaN/Infinity, which the fast decoder rejects. Find
+            # just those lines (bytes.find, no per-line loop) and keep the clean spans fast.
+            token_lines: list[tuple[int, bytes]] = []
+            clean: list[tuple[int, bytes]] = []  # (first line number, whole lines)
+            prev, line_at = 0, first_line
+            for s, e in _token_line_spans(data):
+                if s > prev:
+                    span = data[prev:s]
+                    clean.append((line_at, span))
+                    line_at += span.count(b"\n")
+                token_lines.append((line_at, data[s:e]))
+                line_at += 1
+                prev = e
+            if prev < len(data):
+                clean.append((line_at, data[prev:]))
+            # all clean spans in one decode; numbering comes from the spans
+            numbers = np.concatenate(
+                [np.arange(a, a + sp.count(b"\n") + (not sp.endswith(b"\n"))) for a, sp in clean]
+            ) if clean else None
+            joined = b"".join(sp if sp.endswith(b"\n") else sp + b"\n" for _, sp in clean)
+            if clean and not self._fast_block(joined, first_line, builder, numbers):
+                for a, sp in clean:
+                    self._careful(sp, a, builder)
+            self._token_lines(token_lines, builder)
+            return
+        self._careful(data, first_line, builder)
+
+    def _careful(self, data: bytes, first_line: int, builder: BatchBuilder) -> None:
+        """Line by line: empty lines skipped, long lines reported, the rest fast where possible."""
+        if self._fast_block(data, first_line, builder):
+            return
         if b"\r" in data:  # CRLF line ends (Windows writers, Keras' CSVLogger)
             data = data.replace(b"\r\n", b"\n").rstrip(b"\r")
         lines = data.split(b"\n")
         if lines and not lines[-1]:
             lines.pop()
-        if not lines:
-            return builder.build(reset=reset)
-
-        # classify: empty (skipped), too long (reported), needs generic path, fast candidate
         fast_idx: list[int] = []
         slow_idx: list[int] = []
-        has_tokens = _NONFINITE_TOKEN.search(data) is not None
-        long_lines = max(map(len, lines)) > MAX_LINE_BYTES
-        if not has_tokens and not long_lines and b"\n\n" not in data and lines[0] and self._schema:
-            fast_idx = list(range(len(lines)))
-        else:
-            for i, ln in enumerate(lines):
-                if not ln or ln.isspace():
-                    continue
-                if len(ln) > MAX_LINE_BYTES:
-                    builder.add_malformed(
-                        first_line + i, f"line is {len(ln):,} bytes (limit {MAX_LINE_BYTES:,}); skipped"
-                    )
-                    continue
-                if self._schema is None or (has_tokens and _NONFINITE_TOKEN.search(ln)):
-                    slow_idx.append(i)
-                else:
-                    fast_idx.append(i)
-
+        for i, ln in enumerate(lines):
+            if not ln or ln.isspace():
+                continue
+            if len(ln) > MAX_LINE_BYTES:
+                builder.add_malformed(
+                    first_line + i, f"line is {len(ln):,} bytes (limit {MAX_LINE_BYTES:,}); skipped"
+                )
+                continue
+            if self._schema is None or b"NaN" in ln or b"Infinity" in ln:
+                slow_idx.append(i)
+            else:
+                fast_idx.append(i)
         if fast_idx:
             slow_idx.extend(self._parse_fast(lines, fast_idx, first_line, builder))
             slow_idx.sort()
         for i in slow_idx:
-            self._parse_one(lines[i], first_line + i, i, builder)
+            self._parse_one(lines[i], first_line + i, builder)
 
-        self._learn(builder.seen_keys)
-        return builder.build(reset=reset)
+    def _token_lines(self, items: list[tuple[int, bytes]], builder: BatchBuilder) -> None:
+        """Lines with NaN/Infinity tokens: one stdlib decode for all of them, per line on error."""
+        if not items:
+            return
+        try:
+            objs = json.loads(b"[" + b",".join(ln for _, ln in items) + b"]")
+            if len(objs) != len(items):
+                raise ValueError("line count mismatch")
+        except (ValueError, RecursionError):
+            for line_no, ln in items:
+                self._parse_one(ln, line_no, builder)
+            return
+        for (line_no, _), obj in zip(items, objs):
+            builder.add_record(obj, line_no, line_no)
 
     # ------------------------------------------------------------------ paths
+    def _fast_block(
+        self,
+        data: bytes,
+        first_line: int,
+        builder: BatchBuilder,
+        numbers: np.ndarray | None = None,
+    ) -> bool:
+        """The common case: every line is a plain record of known keys. One decode, no split.
+
+        Returns False (having added nothing) when any line needs the careful path: a NaN token, an
+        event, a new key, an empty or CRLF line, a malformed line. A line the Struct accepts cannot
+        be anywhere near MAX_LINE_BYTES, so the length limit needs no check here.
+        """
+        schema = self._schema
+        if schema is None:
+            return False
+        # One copy: newlines become commas inside a bytearray framed as a JSON array. The decode
+        # is the validator: an empty line (",,"), a leading blank line or a bad line fails it;
+        # "\r" before "\n" is JSON whitespace, so CRLF files stay on the fast path.
+        if not data:
+            return False
+        buf = bytearray(b"[")
+        buf += data.replace(b"\n", b",")
+        if buf[-1] == 0x2C:  # the final newline's comma closes the array instead
+            buf[-1] = 0x5D
+        else:
+            buf.append(0x5D)
+        try:
+            objs = schema.many.decode(buf)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return False
+        n = len(objs)
+        # two objects on one line ("{...},{...}") decode too, but are not JSON Lines
+        if n != data.count(b"\n") + (0 if data.endswith(b"\n") else 1):
+            return False
+        lines = np.arange(first_line, first_line + n, dtype=np.int64) if numbers is None else numbers
+        builder.add_columns(lines, lines, schema.columns(objs))
+        return True
+
     def _parse_fast(
         self, lines: list[bytes], idx: list[int], first_line: int, builder: BatchBuilder
     ) -> list[int]:
@@ -137,6 +224,8 @@ class JsonlParser:
         sel = lines if len(idx) == len(lines) else [lines[i] for i in idx]
         try:
             objs = schema.many.decode(b"[" + b",".join(sel) + b"]")
+            if len(objs) != len(sel):  # a line held two objects: find it line by line
+                raise msgspec.DecodeError("object count differs from line count")
             ok = idx
             rejected: list[int] = []
         except (msgspec.DecodeError, msgspec.ValidationError):
@@ -149,11 +238,11 @@ class JsonlParser:
                 except (msgspec.DecodeError, msgspec.ValidationError):
                     rejected.append(i)
         if ok:
-            pos = np.asarray(ok, dtype=np.int64)
-            builder.add_columns(pos, pos + first_line, schema.columns(objs))
+            lines_no = np.asarray(ok, dtype=np.int64) + first_line
+            builder.add_columns(lines_no, lines_no, schema.columns(objs))
         return rejected
 
-    def _parse_one(self, line: bytes, line_no: int, pos: int, builder: BatchBuilder) -> None:
+    def _parse_one(self, line: bytes, line_no: int, builder: BatchBuilder) -> None:
         if not line.strip():
             return
         try:
@@ -167,7 +256,23 @@ class JsonlParser:
         except RecursionError:
             builder.add_malformed(line_no, "JSON nested too deeply; line skipped")
             return
-        builder.add_record(rec, line_no, pos)
+        builder.add_record(rec, line_no, line_no)
+
+    def _learn_from_head(self, lines: list[bytes], probe: int = 16) -> None:
+        """Learn the fast path's first schema from the first few plain records of the stream."""
+        seen: set[str] = set()
+        for ln in lines[:probe]:
+            try:
+                rec = _decode_generic(ln)
+            except (ValueError, RecursionError):
+                continue
+            if type(rec) is dict and "event" not in rec:
+                seen.update(
+                    k for k, v in rec.items()
+                    if type(v) in (int, float) and k not in ("step", "time", "rank")
+                )
+        if seen:
+            self._learn(seen)
 
     def _learn(self, seen: set[str]) -> None:
         """Grow the fast path's schema with plain numeric keys the generic path saw."""
@@ -177,6 +282,20 @@ class JsonlParser:
             return
         self._keys = self._keys + new
         self._schema = _FastSchema(self._keys)
+
+
+def _token_line_spans(data: bytes) -> list[tuple[int, int]]:
+    """(start, end) byte offsets of the lines holding a NaN or Infinity token, end past its newline."""
+    spans: set[tuple[int, int]] = set()
+    for tok in (b"NaN", b"Infinity"):
+        i = data.find(tok)
+        while i != -1:
+            s = data.rfind(b"\n", 0, i) + 1
+            e = data.find(b"\n", i)
+            e = len(data) if e == -1 else e + 1
+            spans.add((s, e))
+            i = data.find(tok, e)
+    return sorted(spans)
 
 
 def _short(e: Exception) -> str:
