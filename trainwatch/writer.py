@@ -1,0 +1,721 @@
+"""``RunWriter``: the metrics writer any training script can use (stdlib only).
+
+One record is one JSON line appended to ``<run_dir>/metrics.jsonl`` (``metrics.rank{N}.jsonl``
+per distributed rank), in the format ``trainwatch.formats.jsonl`` reads.
+
+Choices, and why:
+
+* **Background flusher thread.** ``log()`` only encodes the record and appends the line to an
+  in-memory list; a daemon thread writes what is pending every ``flush_interval`` seconds. A
+  training loop then never waits on the disk (a slow NFS write blocks the flusher, not the step),
+  and records still reach the file when the loop stalls right after logging (a long eval, a
+  checkpoint, a hang, a deadlock): exactly when the person watching needs them. Flushing from
+  ``log()`` "when due" would leave those last records in memory for the whole stall. ``close()``
+  stops and joins the thread; ``flush_interval <= 0`` writes every record synchronously instead.
+* **Whole lines only.** The file is opened unbuffered in append mode and the pending lines are
+  joined and written with one ``write`` call, so a record is never split across writes (the OS
+  may still cut a write short on a full disk: the torn line is then ended with a newline before
+  the next write, so it costs one malformed line, not two records).
+* **Never raise into training for I/O.** A full disk, a removed directory, a permission problem:
+  one line on stderr naming the file and what to do, the records are counted in ``dropped``, and
+  the file is reopened every few seconds (a fresh file gets the ``run_start`` record again). An
+  unwritable run directory at construction is treated the same way: warn once, drop, retry
+  (the bundled trainer checks writability up front; a plain script should not die for metrics).
+* **Values.** JSON numbers, strings, bools, null, lists and nested dicts as they are; numpy and
+  torch scalars (and 0-d / 1-element arrays and tensors) through ``.item()``, else ``float()``,
+  without importing either; anything else becomes its ``repr()`` (reported once). Non-finite
+  floats are written as bare ``NaN`` / ``Infinity`` / ``-Infinity`` (what ``json.dumps`` does).
+* **config.yaml** is written with a small YAML emitter, not as JSON: JSON is valid YAML 1.2, but
+  PyYAML reads YAML 1.1, where ``1e-05`` (how JSON writes a learning rate) is a *string*.
+* **Forgotten writers** are closed at exit with status ``"unknown"`` (exit code ``null``): at
+  ``atexit`` time the writer cannot tell a finished script from one that died of an exception.
+* **fork()**: in a forked child every inherited writer is dropped without writing (its pending
+  records belong to the parent; a ``run_end`` from the child would end the parent's run).
+"""
+
+from __future__ import annotations
+
+import atexit
+import errno
+import json
+import math
+import os
+import re
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import suppress
+from pathlib import Path, PurePath
+from types import TracebackType
+from typing import Any, BinaryIO
+
+try:  # the C encoder, built once per writer: ~0.5 us cheaper per record than json.dumps
+    from json.encoder import c_make_encoder as _c_make_encoder
+except ImportError:  # pragma: no cover - other Python implementations
+    _c_make_encoder = None
+_ascii = json.encoder.encode_basestring_ascii
+
+__all__ = ["RunWriter", "rank_filename", "to_yaml"]
+
+WAKE_PENDING = 8_192
+"""Pending lines that wake the flusher before its interval (a tight loop logging fast)."""
+MAX_PENDING = 1_000_000
+"""Lines kept in memory while the flusher is blocked (a hung network filesystem): beyond, drop."""
+MAX_REPR = 200
+"""Longest ``repr()`` written for a value that is not a number (a whole tensor would be huge)."""
+MAX_DEPTH = 64
+"""Nesting deeper than this (a cycle, most likely) is written as a repr() string."""
+STATUSES = ("finished", "crashed", "interrupted", "unknown")
+"""``run_end`` statuses this writer produces (a caller may pass any string)."""
+
+_now = time.time
+_monotonic = time.monotonic
+_NUMBER_TYPES = (int, float, bool)
+
+
+def _open_append(path: Path) -> BinaryIO:
+    """Open ``path`` unbuffered for appending: each ``write`` is one ``os.write``.
+
+    Module-level so tests can replace it (a file whose ``write`` fails like a full disk).
+    """
+    return open(path, "ab", buffering=0)
+
+
+def rank_filename(filename: str, rank: int | None) -> str:
+    """``metrics.jsonl`` -> ``metrics.rank3.jsonl`` for rank 3 (unchanged for ``None``)."""
+    if rank is None:
+        return filename
+    p = PurePath(filename)
+    name = f"{p.stem}.rank{rank}{p.suffix}" if p.suffix else f"{p.name}.rank{rank}"
+    return str(p.with_name(name))
+
+
+class _NotANumber(Exception):
+    pass
+
+
+def as_number(value: Any) -> Any:
+    """The JSON-able stand-in for a value ``json`` cannot encode (numpy/torch scalars, Paths).
+
+    Raises ``_NotANumber`` when there is none. Duck-typed: ``.item()`` when it returns a plain
+    number (numpy scalars, 0-d and 1-element arrays and tensors), else ``float()``.
+    """
+    item = getattr(value, "item", None)
+    if item is not None:
+        try:
+            x = item()
+        except Exception:  # noqa: BLE001 - any object's .item() may fail in any way
+            # (a multi-element array or tensor, an unrelated method called item)
+            x = None
+        if type(x) in _NUMBER_TYPES:
+            return x
+    if isinstance(value, os.PathLike):
+        p = os.fspath(value)
+        if type(p) is str:
+            return p
+    try:
+        return float(value)
+    except Exception:  # noqa: BLE001 - __float__ of an arbitrary object
+        raise _NotANumber from None
+
+
+def plain_config(config: Any, depth: int = 0) -> Any:
+    """A run's config as plain dicts and lists: accepts any Mapping (OmegaConf's DictConfig
+    too), dataclass instances, argparse Namespaces and non-string sequences, nested."""
+    if depth > MAX_DEPTH:
+        return _safe_repr(config)
+    if isinstance(config, Mapping):
+        return {k: plain_config(v, depth + 1) for k, v in config.items()}
+    if hasattr(config, "__dataclass_fields__") and not isinstance(config, type):
+        import dataclasses
+
+        fields = {f.name: getattr(config, f.name, None) for f in dataclasses.fields(config)}
+        return plain_config(fields, depth + 1)
+    if hasattr(config, "_get_kwargs"):  # argparse.Namespace
+        return plain_config(vars(config), depth + 1)
+    if isinstance(config, (list, tuple)) or (
+        isinstance(config, Sequence) and not isinstance(config, (str, bytes, bytearray))
+    ):
+        return [plain_config(v, depth + 1) for v in config]
+    return config
+
+
+# ---------------------------------------------------------------------------- YAML emitter
+_PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_./-]*\Z")
+_YAML_WORDS = frozenset({"y", "n", "yes", "no", "on", "off", "true", "false", "null"})
+"""Plain words YAML 1.1 reads as bools or null: such keys are quoted."""
+_YAML_UNSAFE = re.compile(
+    "[^\x20-\x7e\xa0-\u2027\u202a-\ud7ff\ue000-\ufefe\uff00-\ufffd\U00010000-\U0010ffff]"
+)
+
+
+def _yaml_str(s: str) -> str:
+    # json's escapes are YAML double-quoted escapes; what json leaves raw but YAML would not
+    # read back as-is (C1 controls, line/paragraph separators, BOM, surrogates) becomes \uXXXX
+    return _YAML_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", json.dumps(s, ensure_ascii=False))
+
+
+def _yaml_key(k: Any) -> str:
+    s = k if type(k) is str else str(k)
+    if _PLAIN_KEY.match(s) and s.lower() not in _YAML_WORDS:
+        return s
+    return _yaml_str(s)
+
+
+def _yaml_float(x: float) -> str:
+    if math.isnan(x):
+        return ".nan"
+    if math.isinf(x):
+        return ".inf" if x > 0 else "-.inf"
+    r = repr(float(x))
+    if "e" in r:  # YAML 1.1 needs a dot in the mantissa: 1e-05 -> 1.0e-05
+        mant, exp = r.split("e")
+        if "." not in mant:
+            r = f"{mant}.0e{exp}"
+    return r
+
+
+def _yaml_scalar(v: Any) -> str:
+    if v is None:
+        return "null"
+    if v is True or v is False:
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return int.__repr__(v)  # an IntEnum's str() is its name
+    if isinstance(v, float):
+        return _yaml_float(v)
+    if isinstance(v, str):
+        return _yaml_str(v)
+    if isinstance(v, Mapping):
+        return "{}"
+    if isinstance(v, (list, tuple)):
+        return "[]"
+    try:
+        return _yaml_scalar(as_number(v))
+    except _NotANumber:
+        return _yaml_str(_safe_repr(v))
+
+
+def _yaml_is_block(v: Any) -> bool:
+    return isinstance(v, (Mapping, list, tuple)) and len(v) > 0
+
+
+def _yaml_lines(obj: Any, indent: int, depth: int, out: list[str]) -> None:
+    pad = " " * indent
+    if depth > MAX_DEPTH:  # a cycle, or absurd nesting
+        out.append(pad + _yaml_str(_safe_repr(obj)))
+        return
+    if isinstance(obj, Mapping) and obj:
+        for k, v in obj.items():
+            if _yaml_is_block(v):
+                out.append(f"{pad}{_yaml_key(k)}:")
+                _yaml_lines(v, indent + 2, depth + 1, out)
+            else:
+                out.append(f"{pad}{_yaml_key(k)}: {_yaml_scalar(v)}")
+    elif isinstance(obj, (list, tuple)) and obj:
+        for v in obj:
+            if _yaml_is_block(v):
+                sub: list[str] = []
+                _yaml_lines(v, indent + 2, depth + 1, sub)
+                out.append(f"{pad}- {sub[0][indent + 2 :]}")  # first line shares the dash's line
+                out.extend(sub[1:])
+            else:
+                out.append(f"{pad}- {_yaml_scalar(v)}")
+    else:
+        out.append(pad + _yaml_scalar(obj))
+
+
+def to_yaml(obj: Any) -> str:
+    """Block-style YAML for dict/list/str/int/float/bool/None that PyYAML (1.1) and YAML 1.2
+    loaders both read back to the same values. Strings are always double-quoted; other values
+    go through :func:`as_number`, else their ``repr()``."""
+    out: list[str] = []
+    _yaml_lines(obj, 0, 0, out)
+    return "\n".join(out) + "\n"
+
+
+def _safe_repr(v: Any) -> str:
+    try:
+        r = repr(v)
+    except Exception:  # noqa: BLE001 - __repr__ of an arbitrary object
+        r = f"<unrepresentable {type(v).__name__}>"
+    return r if len(r) <= MAX_REPR else r[: MAX_REPR - 3] + "..."
+
+
+def _sanitise(obj: Any, depth: int = 0) -> Any:
+    """A copy json can encode: keys as str, tuples as lists (the slow path for odd records)."""
+    if depth > MAX_DEPTH:
+        return _safe_repr(obj)
+    if isinstance(obj, Mapping):
+        return {
+            (k if k is None or type(k) in (str, int, float, bool) else str(k)): _sanitise(
+                v, depth + 1
+            )
+            for k, v in obj.items()
+        }
+    if isinstance(obj, (list, tuple)):
+        return [_sanitise(v, depth + 1) for v in obj]
+    return obj
+
+
+def _say(msg: str) -> None:
+    """One line on stderr; never raises (stderr may be closed or None)."""
+    err = sys.stderr
+    if err is not None:
+        with suppress(Exception):  # a closed or broken stderr must not reach training
+            err.write(msg + "\n")
+            err.flush()
+
+
+# ---------------------------------------------------------------------------- the writer
+_live: set[RunWriter] = set()
+"""Writers not closed yet (strong references: a forgotten writer is still closed at exit)."""
+
+
+class RunWriter:
+    """Appends metric records and events of one run (one rank) to a JSONL file."""
+
+    def __init__(
+        self,
+        run_dir: str | os.PathLike[str],
+        config: Any = None,
+        filename: str = "metrics.jsonl",
+        rank: int | None = None,
+        flush_interval: float = 0.5,
+    ) -> None:
+        if rank is not None and (not isinstance(rank, int) or rank < 0):
+            raise ValueError(f"RunWriter: rank must be a non-negative int or None, got {rank!r}")
+        self.run_dir = Path(run_dir)
+        """The run's directory (created with its parents)."""
+        self.path = self.run_dir / rank_filename(filename, rank)
+        """The metrics file this writer appends to."""
+        self.rank = rank
+        self.flush_interval = float(flush_interval)
+        """Seconds between background writes; ``<= 0`` writes each record synchronously."""
+        self.dropped = 0
+        """Records lost to I/O errors (full disk, removed directory, ...)."""
+        self.coerced = 0
+        """Values written as their ``repr()`` because they were not JSON nor number-like."""
+        self._lock = threading.Lock()  # guards _pending, _closed, dropped
+        self._io_lock = threading.Lock()  # one writer of the file at a time, in order
+        self._pending: list[str] = []  # encoded records, without their newline
+        self._closed: str | None = None  # None while open, else why ("closed", "forked")
+        self._fh: BinaryIO | None = None
+        self._ident: tuple[int, int] | None = None  # (dev, inode) of the open file
+        self._torn = False  # the file ends in a partial line: start the next write with \n
+        self._needs_header = False  # a reopened empty file first gets the run_start record
+        self._header: str | None = None
+        self._failing = False  # in an outage that has been reported
+        self._said: set[str] = set()
+        self._retry_s = min(max(4 * self.flush_interval, 0.2), 5.0)
+        self._retry_at = 0.0
+        self._enc = self._make_encoder()
+        self._sync = self.flush_interval <= 0
+        self._wake = threading.Event()
+        self._stop = False
+        self._thread: threading.Thread | None = None
+
+        config = plain_config(config)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            self._outage(f"cannot create the run directory {self.path.parent} ({_reason(e)})")
+            self._retry_at = _monotonic() + self._retry_s
+        else:
+            if config is not None and rank in (None, 0):  # one config.yaml per run, not per rank
+                self._write_config(config)
+            self._open()
+        start: dict[str, Any] = {
+            "event": "run_start",
+            "time": _now(),
+            "config": config if config is not None else {},
+            "pid": os.getpid(),
+            "host": _hostname(),
+            "argv": list(sys.argv),
+        }
+        if rank is not None:
+            start["rank"] = rank
+        self._header = self._encode(start)
+        self._put(self._header)
+        self._flush()  # the run is visible to a watcher as soon as the writer exists
+        _live.add(self)
+        if self.flush_interval > 0:
+            self._thread = threading.Thread(
+                target=self._run, name=f"trainwatch-writer:{self.path.name}", daemon=True
+            )
+            self._thread.start()
+
+    # ------------------------------------------------------------------ public API
+    def log(
+        self, metrics: Mapping[str, Any] | None = None, /, step: Any = None, **values: Any
+    ) -> None:
+        """Append one metric record: ``log(step=10, loss=0.5)`` or ``log({"loss": 0.5}, step=10)``.
+
+        ``time`` is added unless given; nested dicts are kept (the reader flattens them with "/").
+        """
+        rec: dict[str, Any] = (
+            {"step": step, "time": _now()} if step is not None else {"time": _now()}
+        )
+        if metrics is not None:
+            if type(metrics) is not dict and not isinstance(metrics, Mapping):
+                raise TypeError(
+                    f"RunWriter.log: expected a mapping of metrics, got {type(metrics).__name__}"
+                )
+            rec.update(metrics)
+            if step is not None:
+                rec["step"] = step  # the keyword wins over a "step" inside the mapping
+        if values:
+            rec.update(values)
+        self._put(self._encode(rec))
+
+    def event(self, name: str, /, step: Any = None, **fields: Any) -> None:
+        """Append an event record (``checkpoint``, ``eval``, ...); it is written promptly."""
+        rec: dict[str, Any] = {"event": name}
+        if step is not None:
+            rec["step"] = step
+        rec["time"] = _now()
+        rec.update(fields)
+        self._put(self._encode(rec))
+        self._wake.set()
+
+    def flush(self) -> None:
+        """Write every pending record now (in the calling thread)."""
+        self._flush()
+
+    def close(self, status: str = "finished", exit_code: int | None = 0, **fields: Any) -> None:
+        """Write ``run_end``, flush, stop the flusher and close the file. Idempotent."""
+        end = self._encode(
+            {"event": "run_end", "time": _now(), "status": status, "exit_code": exit_code, **fields}
+        )
+        with self._lock:
+            if self._closed is not None:
+                return
+            self._closed = "closed"
+            if end is not None:
+                self._pending.append(end)
+        self._stop = True
+        self._wake.set()
+        t = self._thread
+        if t is not None and t is not threading.current_thread():
+            t.join()
+        self._retry_at = 0.0  # one last try to reopen, whatever the retry delay
+        self._flush()
+        with self._io_lock:
+            self._drop_handle()
+        _live.discard(self)
+
+    def __enter__(self) -> RunWriter:  # noqa: PYI034 - Self needs Python 3.11
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is None:
+            self.close("finished", 0)
+        elif issubclass(exc_type, KeyboardInterrupt):
+            self.close("interrupted", 130, error="KeyboardInterrupt")
+        elif issubclass(exc_type, SystemExit) and isinstance(exc, SystemExit):
+            code = exc.code
+            if code is None or code == 0:
+                self.close("finished", 0)
+            else:
+                self.close(
+                    "crashed", code if isinstance(code, int) else 1, error=f"SystemExit: {code}"
+                )
+        else:
+            self.close("crashed", 1, error=_one_line(exc_type, exc))
+        # returning None re-raises the exception
+
+    def __repr__(self) -> str:
+        state = self._closed or "open"
+        return f"RunWriter({str(self.path)!r}, {state}, dropped={self.dropped})"
+
+    # ------------------------------------------------------------------ encoding
+    def _make_encoder(self) -> Callable[[Any, int], Sequence[str]]:
+        """``enc(record, 0)`` -> chunks of the record's JSON text (ASCII, NaN as ``NaN``)."""
+        if _c_make_encoder is not None:
+            # a private signature: checked on a known record, else the public encoder is used
+            with suppress(Exception):
+                # (markers, default, str encoder, indent, ":", ",", sort_keys, skipkeys, allow_nan)
+                # markers=None: no cycle check (a cycle raises RecursionError: the slow path)
+                c = _c_make_encoder(None, self._default, _ascii, None, ":", ",", False, False, True)
+                if "".join(c({"a": [1, 0.5]}, 0)) == '{"a":[1,0.5]}':
+                    return c
+        enc = json.JSONEncoder(default=self._default, separators=(",", ":"), check_circular=False)
+        return lambda rec, _level: (enc.encode(rec),)  # pragma: no cover
+
+    def _default(self, value: Any) -> Any:
+        """Called by the encoder for a value json cannot encode: a number-like, else repr()."""
+        try:
+            return as_number(value)
+        except _NotANumber:
+            pass
+        self.coerced += 1
+        if self.coerced == 1:
+            self._say_once(
+                "repr",
+                f"trainwatch: a {type(value).__name__} value is neither a number nor JSON;"
+                f" written to {self.path} as its repr() string (log plain numbers instead;"
+                " later cases are not reported)",
+            )
+        return _safe_repr(value)
+
+    def _encode(self, rec: dict[str, Any]) -> str | None:
+        """The record's JSON line (no newline), or None (counted, reported once)."""
+        try:
+            return "".join(self._enc(rec, 0))
+        except (TypeError, ValueError, RecursionError):
+            return self._encode_slow(rec)
+
+    def _encode_slow(self, rec: dict[str, Any]) -> str | None:
+        """Non-str keys or a cycle made the encoder fail: retry on a sanitised copy."""
+        try:
+            return "".join(self._enc(_sanitise(rec), 0))
+        except Exception as e:  # noqa: BLE001 - a record is never worth a crash
+            with self._lock:
+                self.dropped += 1
+            self._say_once(
+                "encode",
+                f"trainwatch: a record for {self.path} could not be encoded"
+                f" ({_reason(e)}); dropped",
+            )
+            return None
+
+    def _put(self, line: str | None) -> None:
+        if line is None:
+            return
+        with self._lock:
+            n = len(self._pending)
+            accepted = self._closed is None and n < MAX_PENDING
+            if accepted:
+                self._pending.append(line)
+        if not accepted:
+            self._reject()
+        elif self._sync:
+            self._flush()
+        elif n == WAKE_PENDING:
+            self._wake.set()
+
+    def _reject(self) -> None:
+        """A record was refused: the writer is closed, inherited by fork, or far behind."""
+        with self._lock:
+            closed = self._closed
+            if closed is None:
+                self.dropped += 1
+        if closed is None:
+            self._say_once(
+                "full",
+                f"trainwatch: writing {self.path} is blocked ({MAX_PENDING:,} records pending);"
+                " dropping records until it catches up (a hung filesystem?)",
+            )
+        elif closed == "forked":
+            self._say_once(
+                "forked",
+                f"trainwatch: the RunWriter for {self.path} belongs to the parent process;"
+                " create a new RunWriter in the child (e.g. with rank=...); record ignored",
+            )
+        else:
+            self._say_once(
+                "closed",
+                f"trainwatch: log() after close() on the RunWriter for {self.path}; record ignored",
+            )
+
+    # ------------------------------------------------------------------ file I/O
+    def _run(self) -> None:
+        while True:
+            self._wake.wait(self.flush_interval)
+            self._wake.clear()
+            if self._stop:
+                return
+            try:
+                self._flush()
+            except Exception as e:  # noqa: BLE001 - keep flushing; say it once
+                self._say_once(
+                    "bug", f"trainwatch: internal error while writing {self.path}: {_reason(e)}"
+                )
+
+    def _flush(self) -> None:
+        with self._io_lock:
+            with self._lock:
+                batch = self._pending
+                if not batch:
+                    return
+                self._pending = []
+            self._write(batch)
+
+    def _write(self, batch: list[str]) -> None:
+        """Write ``batch`` (whole lines) with one write call; holds ``_io_lock``."""
+        if self._fh is not None and not self._same_file():
+            # the file or its directory was deleted (writes would go to an orphan inode) or
+            # replaced: open the path again, which starts a new file if the directory exists
+            self._drop_handle()
+            gone = f"{self.path} was deleted or replaced during the run"
+            if self._open(failure=f"{gone} and cannot be created again"):
+                self._say_once("gone", f"trainwatch: {gone}; writing a new file there")
+        elif self._fh is None and _monotonic() >= self._retry_at:
+            self._open()
+        if self._fh is None:
+            with self._lock:
+                self.dropped += len(batch)
+            return
+        fh = self._fh
+        assert fh is not None
+        prefix = b"\n" if self._torn else b""
+        if self._needs_header and self._header is not None:
+            prefix += self._header.encode("ascii") + b"\n"
+        data = ("\n".join(batch) + "\n").encode("ascii")  # ASCII: the encoder escapes the rest
+        if prefix:
+            data = prefix + data
+        view = memoryview(data)
+        try:
+            while view:
+                n = fh.write(view)
+                if not n:  # None is for non-blocking files; 0 would loop forever
+                    raise OSError(errno.EIO, "write made no progress")
+                view = view[n:]
+        except OSError as e:
+            written = len(data) - len(view)
+            whole = data[:written].count(b"\n") - prefix.count(b"\n")
+            if written:
+                self._torn = data[written - 1 : written] != b"\n"
+            self._drop_handle()
+            self._retry_at = _monotonic() + self._retry_s
+            with self._lock:
+                self.dropped += len(batch) - max(0, whole)
+            self._outage(f"cannot write {self.path} ({_reason(e)})")
+            return
+        self._torn = False
+        self._needs_header = False
+        if self._failing:
+            self._failing = False
+            _say(f"trainwatch: writing {self.path} again ({self.dropped} records dropped so far)")
+
+    def _open(self, failure: str | None = None) -> bool:
+        """(Re)open the metrics file; False (reported once per outage) when it cannot be."""
+        try:
+            fh = _open_append(self.path)
+        except OSError as e:
+            self._retry_at = _monotonic() + self._retry_s
+            self._outage(f"{failure or f'cannot open {self.path}'} ({_reason(e)})")
+            return False
+        self._fh = fh
+        self._ident = None
+        try:
+            st = os.fstat(fh.fileno())
+            self._ident = (st.st_dev, st.st_ino)
+            size = st.st_size
+        except (OSError, AttributeError, ValueError):
+            size = -1
+        self._needs_header = size == 0 and self._header is not None
+        if size == 0:
+            self._torn = False
+        elif size > 0:  # this or an earlier writer may have died mid-line
+            try:
+                with open(self.path, "rb") as r:
+                    r.seek(-1, os.SEEK_END)
+                    self._torn = r.read(1) != b"\n"
+            except OSError:
+                pass
+        return True
+
+    def _same_file(self) -> bool:
+        if self._ident is None:
+            return True
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return False
+        return (st.st_dev, st.st_ino) == self._ident
+
+    def _drop_handle(self) -> None:
+        fh, self._fh = self._fh, None
+        if fh is not None:
+            with suppress(Exception):  # closing flushes nothing (unbuffered); errors are moot
+                fh.close()
+
+    def _write_config(self, config: Any) -> None:
+        target = self.run_dir / "config.yaml"
+        tmp = self.run_dir / f".config.yaml.{os.getpid()}.{threading.get_ident()}.tmp"
+        try:
+            text = to_yaml(config)
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(text)
+            os.replace(tmp, target)  # atomic: a reader sees the old file or the whole new one
+        except (OSError, ValueError, RecursionError) as e:
+            self._say_once(
+                "config",
+                f"trainwatch: cannot write {target} ({_reason(e)});"
+                " the config is still in the run_start record",
+            )
+            try:
+                tmp.unlink()
+            except OSError:
+                pass
+
+    def _outage(self, what: str) -> None:
+        if not self._failing:
+            self._failing = True
+            _say(
+                f"trainwatch: {what}; dropping metric records (see RunWriter.dropped) and retrying"
+                f" every {self._retry_s:g} s: free disk space or restore the directory"
+                " and its permissions"
+            )
+
+    def _say_once(self, key: str, msg: str) -> None:
+        if key not in self._said:
+            self._said.add(key)
+            _say(msg)
+
+    def _abandon(self) -> None:
+        """In a forked child: forget the parent's pending records, write nothing, ever."""
+        self._lock = threading.Lock()
+        self._io_lock = threading.Lock()
+        self._pending = []
+        self._closed = "forked"
+        self._thread = None
+        self._fh = None  # the inherited descriptor is closed when the object is collected
+
+
+def _reason(e: BaseException) -> str:
+    if isinstance(e, OSError) and e.strerror:
+        return f"[Errno {e.errno}] {e.strerror}" if e.errno else e.strerror
+    return _one_line(type(e), e)
+
+
+def _one_line(exc_type: type[BaseException], exc: BaseException | None) -> str:
+    try:
+        msg = str(exc).strip().splitlines()[0] if exc is not None and str(exc).strip() else ""
+    except Exception:  # noqa: BLE001 - a broken __str__ must not mask the exception itself
+        msg = ""
+    text = f"{exc_type.__name__}: {msg}" if msg else exc_type.__name__
+    return text[:300]
+
+
+def _hostname() -> str:
+    try:
+        return os.uname().nodename
+    except AttributeError:  # pragma: no cover - Windows
+        import socket
+
+        return socket.gethostname()
+
+
+def _close_all_at_exit() -> None:
+    for w in list(_live):
+        with suppress(Exception):  # one broken writer must not stop the others' closing
+            w.close(status="unknown", exit_code=None)
+
+
+def _forget_in_child() -> None:
+    for w in list(_live):
+        w._abandon()
+    _live.clear()
+
+
+atexit.register(_close_all_at_exit)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)
