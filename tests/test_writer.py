@@ -28,6 +28,7 @@ import trainwatch.writer as writer_mod
 from trainwatch import RunWriter
 from trainwatch.batch import RecordBatch
 from trainwatch.formats.jsonl import JsonlParser
+from trainwatch import plainvalues
 from trainwatch.writer import rank_filename, to_yaml
 
 DEADLINE_S = 5.0
@@ -253,7 +254,7 @@ def test_odd_records_never_raise(tmp_path: Path, writers) -> None:
     recs = records(w.path)[1:]
     assert recs[0]["table"] == {"(1, 2)": 3.0, "null": 1, "2": "two"}
     assert recs[1]["step"] == 2 and recs[1]["cyc"]["x"] == 1.0
-    assert isinstance(recs[2]["big"], str) and len(recs[2]["big"]) <= writer_mod.MAX_REPR
+    assert isinstance(recs[2]["big"], str) and len(recs[2]["big"]) <= plainvalues.MAX_REPR
     assert recs[3]["tup"] == [1, 2] and recs[3]["empty"] == {}
     assert w.dropped == 0
 

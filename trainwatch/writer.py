@@ -38,9 +38,7 @@ from __future__ import annotations
 import atexit
 import errno
 import json
-import math
 import os
-import re
 import sys
 import threading
 import time
@@ -49,6 +47,15 @@ from contextlib import suppress
 from pathlib import Path, PurePath
 from types import TracebackType
 from typing import Any, BinaryIO
+
+from trainwatch.plainvalues import (
+    NotANumber,
+    as_number,
+    plain_config,
+    safe_repr,
+    sanitise,
+)
+from trainwatch.yamlout import to_yaml
 
 try:  # the C encoder, built once per writer: ~0.5 us cheaper per record than json.dumps
     from json.encoder import c_make_encoder as _c_make_encoder
@@ -62,10 +69,6 @@ WAKE_PENDING = 8_192
 """Pending lines that wake the flusher before its interval (a tight loop logging fast)."""
 MAX_PENDING = 1_000_000
 """Lines kept in memory while the flusher is blocked (a hung network filesystem): beyond, drop."""
-MAX_REPR = 200
-"""Longest ``repr()`` written for a value that is not a number (a whole tensor would be huge)."""
-MAX_DEPTH = 64
-"""Nesting deeper than this (a cycle, most likely) is written as a repr() string."""
 STATUSES = ("finished", "crashed", "interrupted", "unknown")
 """``run_end`` statuses this writer produces (a caller may pass any string)."""
 
@@ -89,174 +92,6 @@ def rank_filename(filename: str, rank: int | None) -> str:
     p = PurePath(filename)
     name = f"{p.stem}.rank{rank}{p.suffix}" if p.suffix else f"{p.name}.rank{rank}"
     return str(p.with_name(name))
-
-
-class _NotANumber(Exception):
-    pass
-
-
-def as_number(value: Any) -> Any:
-    """The JSON-able stand-in for a value ``json`` cannot encode (numpy/torch scalars, Paths).
-
-    Raises ``_NotANumber`` when there is none. Duck-typed: ``.item()`` when it returns a plain
-    number (numpy scalars, 0-d and 1-element arrays and tensors), else ``float()``.
-    """
-    item = getattr(value, "item", None)
-    if item is not None:
-        try:
-            x = item()
-        except Exception:  # noqa: BLE001 - any object's .item() may fail in any way
-            # (a multi-element array or tensor, an unrelated method called item)
-            x = None
-        if type(x) in _NUMBER_TYPES:
-            return x
-    if isinstance(value, os.PathLike):
-        p = os.fspath(value)
-        if type(p) is str:
-            return p
-    try:
-        return float(value)
-    except Exception:  # noqa: BLE001 - __float__ of an arbitrary object
-        raise _NotANumber from None
-
-
-def plain_config(config: Any, depth: int = 0) -> Any:
-    """A run's config as plain dicts and lists: accepts any Mapping (OmegaConf's DictConfig
-    too), dataclass instances, argparse Namespaces and non-string sequences, nested."""
-    if depth > MAX_DEPTH:
-        return _safe_repr(config)
-    if isinstance(config, Mapping):
-        return {k: plain_config(v, depth + 1) for k, v in config.items()}
-    if hasattr(config, "__dataclass_fields__") and not isinstance(config, type):
-        import dataclasses
-
-        fields = {f.name: getattr(config, f.name, None) for f in dataclasses.fields(config)}
-        return plain_config(fields, depth + 1)
-    if hasattr(config, "_get_kwargs"):  # argparse.Namespace
-        return plain_config(vars(config), depth + 1)
-    if isinstance(config, (list, tuple)) or (
-        isinstance(config, Sequence) and not isinstance(config, (str, bytes, bytearray))
-    ):
-        return [plain_config(v, depth + 1) for v in config]
-    return config
-
-
-# ---------------------------------------------------------------------------- YAML emitter
-_PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_./-]*\Z")
-_YAML_WORDS = frozenset({"y", "n", "yes", "no", "on", "off", "true", "false", "null"})
-"""Plain words YAML 1.1 reads as bools or null: such keys are quoted."""
-_YAML_UNSAFE = re.compile(
-    "[^\x20-\x7e\xa0-\u2027\u202a-\ud7ff\ue000-\ufefe\uff00-\ufffd\U00010000-\U0010ffff]"
-)
-
-
-def _yaml_str(s: str) -> str:
-    # json's escapes are YAML double-quoted escapes; what json leaves raw but YAML would not
-    # read back as-is (C1 controls, line/paragraph separators, BOM, surrogates) becomes \uXXXX
-    return _YAML_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", json.dumps(s, ensure_ascii=False))
-
-
-def _yaml_key(k: Any) -> str:
-    s = k if type(k) is str else str(k)
-    if _PLAIN_KEY.match(s) and s.lower() not in _YAML_WORDS:
-        return s
-    return _yaml_str(s)
-
-
-def _yaml_float(x: float) -> str:
-    if math.isnan(x):
-        return ".nan"
-    if math.isinf(x):
-        return ".inf" if x > 0 else "-.inf"
-    r = repr(float(x))
-    if "e" in r:  # YAML 1.1 needs a dot in the mantissa: 1e-05 -> 1.0e-05
-        mant, exp = r.split("e")
-        if "." not in mant:
-            r = f"{mant}.0e{exp}"
-    return r
-
-
-def _yaml_scalar(v: Any) -> str:
-    if v is None:
-        return "null"
-    if v is True or v is False:
-        return "true" if v else "false"
-    if isinstance(v, int):
-        return int.__repr__(v)  # an IntEnum's str() is its name
-    if isinstance(v, float):
-        return _yaml_float(v)
-    if isinstance(v, str):
-        return _yaml_str(v)
-    if isinstance(v, Mapping):
-        return "{}"
-    if isinstance(v, (list, tuple)):
-        return "[]"
-    try:
-        return _yaml_scalar(as_number(v))
-    except _NotANumber:
-        return _yaml_str(_safe_repr(v))
-
-
-def _yaml_is_block(v: Any) -> bool:
-    return isinstance(v, (Mapping, list, tuple)) and len(v) > 0
-
-
-def _yaml_lines(obj: Any, indent: int, depth: int, out: list[str]) -> None:
-    pad = " " * indent
-    if depth > MAX_DEPTH:  # a cycle, or absurd nesting
-        out.append(pad + _yaml_str(_safe_repr(obj)))
-        return
-    if isinstance(obj, Mapping) and obj:
-        for k, v in obj.items():
-            if _yaml_is_block(v):
-                out.append(f"{pad}{_yaml_key(k)}:")
-                _yaml_lines(v, indent + 2, depth + 1, out)
-            else:
-                out.append(f"{pad}{_yaml_key(k)}: {_yaml_scalar(v)}")
-    elif isinstance(obj, (list, tuple)) and obj:
-        for v in obj:
-            if _yaml_is_block(v):
-                sub: list[str] = []
-                _yaml_lines(v, indent + 2, depth + 1, sub)
-                out.append(f"{pad}- {sub[0][indent + 2 :]}")  # first line shares the dash's line
-                out.extend(sub[1:])
-            else:
-                out.append(f"{pad}- {_yaml_scalar(v)}")
-    else:
-        out.append(pad + _yaml_scalar(obj))
-
-
-def to_yaml(obj: Any) -> str:
-    """Block-style YAML for dict/list/str/int/float/bool/None that PyYAML (1.1) and YAML 1.2
-    loaders both read back to the same values. Strings are always double-quoted; other values
-    go through :func:`as_number`, else their ``repr()``."""
-    out: list[str] = []
-    _yaml_lines(obj, 0, 0, out)
-    return "\n".join(out) + "\n"
-
-
-def _safe_repr(v: Any) -> str:
-    try:
-        r = repr(v)
-    except Exception:  # noqa: BLE001 - __repr__ of an arbitrary object
-        r = f"<unrepresentable {type(v).__name__}>"
-    return r if len(r) <= MAX_REPR else r[: MAX_REPR - 3] + "..."
-
-
-def _sanitise(obj: Any, depth: int = 0) -> Any:
-    """A copy json can encode: keys as str, tuples as lists (the slow path for odd records)."""
-    if depth > MAX_DEPTH:
-        return _safe_repr(obj)
-    if isinstance(obj, Mapping):
-        return {
-            (k if k is None or type(k) in (str, int, float, bool) else str(k)): _sanitise(
-                v, depth + 1
-            )
-            for k, v in obj.items()
-        }
-    if isinstance(obj, (list, tuple)):
-        return [_sanitise(v, depth + 1) for v in obj]
-    return obj
 
 
 def _say(msg: str) -> None:
@@ -452,7 +287,7 @@ class RunWriter:
         """Called by the encoder for a value json cannot encode: a number-like, else repr()."""
         try:
             return as_number(value)
-        except _NotANumber:
+        except NotANumber:
             pass
         self.coerced += 1
         if self.coerced == 1:
@@ -462,7 +297,7 @@ class RunWriter:
                 f" written to {self.path} as its repr() string (log plain numbers instead;"
                 " later cases are not reported)",
             )
-        return _safe_repr(value)
+        return safe_repr(value)
 
     def _encode(self, rec: dict[str, Any]) -> str | None:
         """The record's JSON line (no newline), or None (counted, reported once)."""
@@ -474,7 +309,7 @@ class RunWriter:
     def _encode_slow(self, rec: dict[str, Any]) -> str | None:
         """Non-str keys or a cycle made the encoder fail: retry on a sanitised copy."""
         try:
-            return "".join(self._enc(_sanitise(rec), 0))
+            return "".join(self._enc(sanitise(rec), 0))
         except Exception as e:  # noqa: BLE001 - a record is never worth a crash
             with self._lock:
                 self.dropped += 1
