@@ -25,10 +25,9 @@ import pytest
 import yaml
 
 import trainwatch.writer as writer_mod
-from trainwatch import RunWriter
+from trainwatch import RunWriter, plainvalues
 from trainwatch.batch import RecordBatch
 from trainwatch.formats.jsonl import JsonlParser
-from trainwatch import plainvalues
 from trainwatch.writer import rank_filename, to_yaml
 
 DEADLINE_S = 5.0
