@@ -226,3 +226,12 @@ def test_any_chunking_gives_the_same_records_as_a_stdlib_reference(seed):
     bad = sum(1 for ln in lines if ln.strip(b"\r").strip() and ln.startswith(b"garbage"))
     assert len(whole.malformed) == bad == sum(len(b.malformed) for b in batches)
     assert sum(len(b.rewinds) for b in batches) == len(whole.rewinds)
+
+
+def test_keys_with_quotes_backslashes_or_control_characters_are_still_series():
+    p = JsonlParser("t")
+    odd = ['evil\x1b[31mname', 'quo"te', "back\\slash"]
+    lines = [json.dumps({"step": i, **{k: float(i) for k in odd}, "loss": 1.0}) for i in range(5)]
+    b = p.parse(("\n".join(lines) + "\n").encode())
+    for k in odd:
+        assert b.series[k].values.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]

@@ -24,9 +24,10 @@ DEFAULT_ALIASES: Mapping[str, tuple[str, ...]] = {
                    "train_samples_per_second", "tokens_per_second", "samples/s", "tps",
                    "train/throughput"),
     "step_time": ("step_time", "time_per_step", "iter_time", "data_time_per_step",
-                  "train/step_time", "dt", "batch_time"),
+                  "train/step_time", "dt", "batch_time", "time_per_iter", "iter_time_ms",
+                  "step_avg_ms", "ms_per_iter", "train_time_ms"),
     "memory": ("memory", "mem", "memory_allocated", "gpu_mem", "max_memory_allocated",
-               "rss", "memory_mb", "train/memory"),
+               "rss", "memory_mb", "train/memory", "mem_mib", "memory_mib", "mem_mb"),
     "epoch": ("epoch", "train/epoch"),
 }
 

@@ -277,11 +277,20 @@ class JsonlParser:
     def _learn(self, seen: set[str]) -> None:
         """Grow the fast path's schema with plain numeric keys the generic path saw."""
         # step and time are always fields: a record without them just leaves them NaN
-        new = [k for k in ["step", "time", *sorted(seen)] if k not in self._keys]
+        new = [
+            k for k in ["step", "time", *sorted(seen)]
+            if k not in self._keys and _fast_key_ok(k)
+        ]
         if not new or len(self._keys) + len(new) > MAX_FAST_FIELDS:
             return
         self._keys = self._keys + new
         self._schema = _FastSchema(self._keys)
+
+
+def _fast_key_ok(key: str) -> bool:
+    """msgspec cannot name a field with a quote, backslash or control character: such keys (odd,
+    but legal JSON) stay on the generic path rather than break the fast one."""
+    return not any(ch in '"\\' or ord(ch) < 0x20 for ch in key)
 
 
 def _token_line_spans(data: bytes) -> list[tuple[int, int]]:

@@ -1,0 +1,5 @@
+"""``python -m trainwatch`` is the ``trainwatch`` command."""
+
+from trainwatch.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,255 @@
+"""The ``trainwatch`` command line.
+
+``trainwatch PATH`` opens the live TUI; the subcommands are headless. Heavy imports (Textual, the
+rules, torch) happen inside each command, so ``trainwatch inspect`` starts fast on a machine
+without torch and never loads Textual.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Callable, Sequence
+
+from trainwatch import __version__
+
+EXIT_OK = 0
+EXIT_FOUND = 1
+EXIT_USAGE = 2
+
+COMMANDS = ("inspect", "check", "report", "train", "demo", "watch")
+
+TOP_HELP = """\
+trainwatch: watch neural-network training live in the terminal.
+
+usage:
+  trainwatch PATH [--poll S] [--rules FILE] [--once]   watch a run (the TUI)
+  trainwatch demo [--run-dir DIR]                       train a small LSTM with a fault, and watch it
+  trainwatch inspect PATH [--format text|json]          what a metrics file or run directory holds
+  trainwatch check PATH [--fail-on error|warning|info|never] [--format text|json]
+                                                        run the diagnosis rules headless (CI, scripts)
+  trainwatch report PATH [--format markdown|json]       end-of-run summary with recommendations
+  trainwatch train CONFIG [--run-dir DIR] [--set k=v]   run the bundled PyTorch trainer
+
+examples:
+  trainwatch runs/exp1/
+  trainwatch check runs/exp1/ --fail-on warning && echo healthy
+  trainwatch inspect output/checkpoint-500/trainer_state.json --format json
+
+'trainwatch COMMAND --help' shows each command's options. Docs: docs/format.md.
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that prints one line for a usage error (what's wrong, and where to look)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
+def _parser(prog: str, description: str, example: str) -> _Parser:
+    return _Parser(
+        prog=prog,
+        description=description,
+        epilog=f"example:\n  {example}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+
+
+def _fail(message: str) -> int:
+    print(f"trainwatch: error: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+# ---------------------------------------------------------------------- inspect
+def cmd_inspect(argv: Sequence[str]) -> int:
+    p = _parser(
+        "trainwatch inspect",
+        "Summarise a metrics file or run directory: format, records, malformed lines, segments,\n"
+        "and per metric its role, point count, non-finite count, step range, last/min/max.",
+        "trainwatch inspect runs/exp1/ --format json",
+    )
+    p.add_argument("path", type=Path, help="a metrics file of any supported format, or a run directory")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    a = p.parse_args(argv)
+    from trainwatch.inspect import format_json, format_text, summarize
+    from trainwatch.load import LoadError, load_run
+
+    try:
+        run = load_run(a.path)
+    except LoadError as e:
+        return _fail(str(e))
+    summary = summarize(run)
+    print(format_json(summary) if a.format == "json" else format_text(summary))
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------- check
+def cmd_check(argv: Sequence[str]) -> int:
+    p = _parser(
+        "trainwatch check",
+        "Run every diagnosis rule over a whole run, headless.\n"
+        "Exit 0 when no alert reaches --fail-on, 1 when one does, 2 for bad input or usage.",
+        "trainwatch check runs/exp1/ --fail-on warning --format json > alerts.json",
+    )
+    p.add_argument("path", type=Path, help="a metrics file or run directory")
+    p.add_argument("--rules", type=Path, help="YAML file overriding rule settings (see configs/rules.yaml)")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument("--fail-on", choices=("error", "warning", "info", "never"), default="error")
+    a = p.parse_args(argv)
+    from trainwatch.load import LoadError, load_run
+    from trainwatch.rules import ConfigError, load_rules_config
+    from trainwatch.rules.check import exit_code, format_check_json, format_check_text, run_check
+
+    try:
+        cfg = load_rules_config(a.rules)
+    except ConfigError as e:
+        return _fail(str(e))
+    try:
+        run = load_run(a.path)
+    except LoadError as e:
+        return _fail(str(e))
+    result = run_check(run, cfg)
+    print(format_check_json(result) if a.format == "json" else format_check_text(result))
+    return exit_code(result, a.fail_on)
+
+
+# ---------------------------------------------------------------------- report
+def cmd_report(argv: Sequence[str]) -> int:
+    p = _parser(
+        "trainwatch report",
+        "The end-of-run summary a person reads: steps, duration, throughput, best losses, LR\n"
+        "schedule, every alert with its diagnosis, and concrete recommendations.",
+        "trainwatch report runs/exp1/ > REPORT.md",
+    )
+    p.add_argument("path", type=Path, help="a metrics file or run directory")
+    p.add_argument("--rules", type=Path, help="YAML file overriding rule settings")
+    p.add_argument("--format", choices=("markdown", "json"), default="markdown")
+    a = p.parse_args(argv)
+    from trainwatch.load import LoadError, load_run
+    from trainwatch.rules import ConfigError, load_rules_config
+    from trainwatch.rules.report import build_report, format_report_json, format_report_markdown
+
+    try:
+        cfg = load_rules_config(a.rules)
+        run = load_run(a.path)
+    except (ConfigError, LoadError) as e:
+        return _fail(str(e))
+    report = build_report(run, cfg)
+    print(format_report_json(report) if a.format == "json" else format_report_markdown(report))
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------- train / demo
+def cmd_train(argv: Sequence[str]) -> int:
+    try:
+        from trainwatch.trainer.__main__ import main as train_main
+    except ImportError as e:
+        return _fail(
+            f"the trainer needs PyTorch ({e.name or e}); install it with: pip install 'trainwatch[train]'"
+        )
+    return int(train_main(list(argv)) or 0)
+
+
+def cmd_demo(argv: Sequence[str]) -> int:
+    p = _parser(
+        "trainwatch demo",
+        "Train a small LSTM with a fault switched on (through the supervisor, so it survives\n"
+        "the TUI quitting) and watch it live: progress within seconds, an alert within a minute.",
+        "trainwatch demo --run-dir runs/demo",
+    )
+    p.add_argument("--run-dir", type=Path, help="where the run writes (default: a new runs/demo-* folder)")
+    p.add_argument("--no-tui", action="store_true", help="start the run and print its directory only")
+    a = p.parse_args(argv)
+    try:
+        from trainwatch.trainer.demo import launch_demo
+    except ImportError as e:
+        return _fail(f"the demo needs PyTorch ({e.name or e}); install it with: pip install 'trainwatch[train]'")
+    run_dir = launch_demo(a.run_dir)
+    print(f"demo run started in {run_dir}")
+    if a.no_tui:
+        return EXIT_OK
+    return cmd_watch([str(run_dir)])
+
+
+# ---------------------------------------------------------------------- watch (TUI)
+def cmd_watch(argv: Sequence[str]) -> int:
+    p = _parser(
+        "trainwatch",
+        "Watch a run live: charts, metrics, alerts with evidence and fixes, console output.\n"
+        "PATH is a run directory, a metrics file of any supported format, a folder of runs,\n"
+        "or a directory that does not exist yet (trainwatch waits for it).",
+        "trainwatch runs/exp1/ --poll 2   # poll every 2 s (network file systems)",
+    )
+    p.add_argument("path", type=Path, help="run directory, metrics file, or folder of runs")
+    p.add_argument("--poll", type=float, metavar="SECONDS",
+                   help="poll instead of file events (NFS and other network file systems)")
+    p.add_argument("--rules", type=Path, help="YAML file overriding rule settings")
+    p.add_argument("--once", action="store_true", help="render one screen to stdout and exit")
+    p.add_argument("--width", type=int, default=120, help="--once: screen width (default 120)")
+    p.add_argument("--height", type=int, default=40, help="--once: screen height (default 40)")
+    p.add_argument("--no-bell", action="store_true", help="no terminal bell on error alerts")
+    p.add_argument("--no-notify", action="store_true", help="no desktop notification escapes")
+    a = p.parse_args(argv)
+    if a.poll is not None and not a.poll > 0:
+        return _fail(f"--poll {a.poll}: expected a number of seconds > 0")
+    from trainwatch.rules import ConfigError, load_rules_config
+
+    try:
+        rules = load_rules_config(a.rules)
+    except ConfigError as e:
+        return _fail(str(e))
+    from trainwatch.tui.app import AppConfig, make_app
+
+    config = AppConfig(
+        path=a.path,
+        rules=rules,
+        poll_interval=a.poll,
+        bell=not a.no_bell,
+        notify=not a.no_notify,
+    )
+    if a.once:
+        from trainwatch.tui.once import render_once
+
+        sys.stdout.write(render_once(config, width=a.width, height=a.height))
+        return EXIT_OK
+    app = make_app(config)
+    app.run()
+    return int(app.return_code or 0)
+
+
+HANDLERS: dict[str, Callable[[Sequence[str]], int]] = {
+    "inspect": cmd_inspect,
+    "check": cmd_check,
+    "report": cmd_report,
+    "train": cmd_train,
+    "demo": cmd_demo,
+    "watch": cmd_watch,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help", "help"):
+        print(TOP_HELP, end="")
+        return EXIT_OK if args else EXIT_USAGE
+    if args[0] in ("-V", "--version"):
+        print(f"trainwatch {__version__}")
+        return EXIT_OK
+    handler = HANDLERS.get(args[0])
+    if handler is not None:
+        args = args[1:]
+    else:
+        handler = cmd_watch
+    try:
+        return handler(args)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # `trainwatch inspect x | head`
+        sys.stderr.close()
+        return EXIT_OK
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

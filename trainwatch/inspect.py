@@ -1,0 +1,107 @@
+"""``trainwatch inspect``: what a file or run directory holds, as JSON or a readable table."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from trainwatch.humanize import fmt_count, fmt_num
+from trainwatch.load import LoadedRun
+from trainwatch.roles import DEFAULT_ROLES, RoleTable
+from trainwatch.store import SeriesStore
+
+MAX_LISTED_MALFORMED = 10
+
+
+def summarize(run: LoadedRun, roles: RoleTable = DEFAULT_ROLES) -> dict[str, Any]:
+    """The documented JSON of ``inspect`` (docs/format.md)."""
+    store = SeriesStore()
+    malformed: list[int] = []
+    n_malformed = 0
+    segments = 1
+    records = 0
+    events: dict[str, int] = {}
+    for b in run.main:
+        store.ingest(b)  # a reset batch resets the store itself
+        records += b.n_records
+        n_malformed += len(b.malformed)
+        malformed.extend(m.line for m in b.malformed[: MAX_LISTED_MALFORMED - len(malformed)])
+        segments += len(b.rewinds)
+        for e in b.events:
+            events[e.name] = events.get(e.name, 0) + 1
+    metrics: dict[str, Any] = {}
+    for name in store.names():
+        s = store.get(name)
+        assert s is not None
+        metrics[name] = {
+            "role": roles.role_of(name),
+            "count": s.count,
+            "nonfinite": s.nonfinite,
+            "first_step": s.first_step,
+            "last_step": s.last_step,
+            "last": _finite(s.last),
+            "min": _finite(s.min),
+            "max": _finite(s.max),
+        }
+    out: dict[str, Any] = {
+        "path": str(run.path),
+        "format": run.format,
+        "records": records,
+        "malformed": n_malformed,
+        "malformed_lines": malformed,
+        "segments": segments,
+        "metrics": metrics,
+        "events": events,
+        "ranks": sorted(run.ranks),
+        "files": [str(f) for f in run.files],
+    }
+    return out
+
+
+def _finite(x: float | None) -> float | None:
+    return x if x is not None and math.isfinite(x) else None
+
+
+def format_json(summary: dict[str, Any]) -> str:
+    return json.dumps(summary, indent=2, allow_nan=False)
+
+
+def format_text(summary: dict[str, Any]) -> str:
+    lines = [
+        f"{summary['path']}  ({summary['format']})",
+        f"records {fmt_count(summary['records'])}   segments {summary['segments']}   "
+        f"malformed {summary['malformed']}"
+        + (f" (lines {', '.join(map(str, summary['malformed_lines']))}"
+           + (", ..." if summary["malformed"] > len(summary["malformed_lines"]) else "") + ")"
+           if summary["malformed"] else ""),
+    ]
+    if summary["events"]:
+        lines.append("events   " + "  ".join(f"{k} x{v}" for k, v in summary["events"].items()))
+    if summary["ranks"]:
+        lines.append("ranks    " + ", ".join(map(str, summary["ranks"])))
+    metrics = summary["metrics"]
+    if not metrics:
+        lines.append("no metrics")
+        return "\n".join(lines)
+    width = min(40, max(len(_printable(n)) for n in metrics))
+    head = f"{'metric':<{width}}  {'role':<10} {'points':>8} {'non-fin':>7} {'steps':>17}  " \
+           f"{'last':>9} {'min':>9} {'max':>9}"
+    lines += ["", head, "-" * len(head)]
+    for name, m in metrics.items():
+        steps = f"{m['first_step']}..{m['last_step']}" if m["count"] else "-"
+        lines.append(
+            f"{_printable(name)[:width]:<{width}}  {m['role'] or '':<10} {fmt_count(m['count']):>8} "
+            f"{m['nonfinite']:>7} {steps:>17}  {_cell(m['last'], m['nonfinite'])} "
+            f"{_cell(m['min'])} {_cell(m['max'])}"
+        )
+    return "\n".join(lines)
+
+
+def _cell(x: float | None, nonfinite: int = 0) -> str:
+    return f"{fmt_num(x) if x is not None else ('nan' if nonfinite else '-'):>9}"
+
+
+def _printable(name: str) -> str:
+    """Metric names come from someone else's file: never let control characters reach a terminal."""
+    return "".join(ch if ch.isprintable() else "?" for ch in name)

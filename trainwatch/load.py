@@ -1,0 +1,129 @@
+"""Load a finished (or in-progress) run in one go: what ``inspect``, ``check`` and ``report`` read.
+
+A PATH is either a file of any supported format or a run directory (``metrics.jsonl``,
+``metrics.rank{N}.jsonl``, ``console.log``, or a framework's output folder).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from trainwatch.batch import RecordBatch
+
+CONSOLE_NAMES = ("console.log", "stdout.log", "train.log", "output.log")
+MAX_CONSOLE_LINES = 200_000
+"""Enough for every known error text; a runaway log is read from its end."""
+_RANK_FILE = re.compile(r"metrics\.rank(\d+)\.jsonl$")
+
+
+class LoadError(Exception):
+    """Bad input for a command; the message is one line that names the path and what to do."""
+
+
+@dataclass
+class LoadedRun:
+    path: Path
+    format: str
+    main: list[RecordBatch] = field(default_factory=list)
+    """Batches of the main metric stream, in order."""
+    ranks: dict[int, list[RecordBatch]] = field(default_factory=dict)
+    """Per-rank streams of a distributed run (``metrics.rank{N}.jsonl``)."""
+    console: list[str] = field(default_factory=list)
+    """Lines of ``console.log`` (captured stdout/stderr), if the run has one."""
+    console_first_line: int = 1
+    files: list[Path] = field(default_factory=list)
+    """Every file that was read."""
+
+    @property
+    def records(self) -> int:
+        return sum(b.n_records for b in self.main)
+
+
+def rank_of(path: Path) -> int | None:
+    m = _RANK_FILE.search(path.name)
+    return int(m.group(1)) if m else None
+
+
+def load_run(path: Path | str) -> LoadedRun:
+    """Read everything a run has written so far.
+
+    Raises :class:`LoadError` with a one-line message for a missing, unreadable or unsupported
+    path; malformed lines inside a file are not errors (they are counted in the batches).
+    """
+    from trainwatch.formats.detect import find_metric_files, read_file
+
+    p = Path(path)
+    if not p.exists():
+        raise LoadError(f"{p}: no such file or directory (check the path)")
+    if not os.access(p, os.R_OK):
+        raise LoadError(f"{p}: permission denied (make it readable, e.g. chmod +r)")
+    try:
+        if p.is_dir():
+            files = find_metric_files(p)
+            if not files:
+                raise LoadError(
+                    f"{p}: no metrics file found (expected metrics.jsonl or a supported framework "
+                    "log; see docs/format.md)"
+                )
+        else:
+            files = [p]
+        run = LoadedRun(path=p, format="")
+        main_file = next((f for f in files if rank_of(f) is None), None)
+        for f in files:
+            r = rank_of(f)
+            batches = read_file(f)
+            if r is None and f == main_file:
+                run.main = batches
+                run.format = batches[0].format if batches else "jsonl"
+            elif r is not None:
+                run.ranks[r] = batches
+            run.files.append(f)
+        if main_file is None and run.ranks:
+            # only rank streams: rank 0 (or the lowest) is the main stream
+            first = min(run.ranks)
+            run.main = run.ranks[first]
+            run.format = "jsonl"
+        console_dir = p if p.is_dir() else None
+        if console_dir is not None:
+            for name in CONSOLE_NAMES:
+                c = console_dir / name
+                if c.is_file() and c not in files:
+                    run.console, run.console_first_line = read_console(c)
+                    run.files.append(c)
+                    break
+        return run
+    except PermissionError as e:
+        raise LoadError(f"{e.filename or p}: permission denied (make it readable)") from None
+    except FileNotFoundError as e:
+        raise LoadError(f"{e.filename or p}: disappeared while reading (try again)") from None
+    except IsADirectoryError as e:
+        raise LoadError(f"{e.filename or p}: is a directory, expected a file") from None
+    except ValueError as e:  # unsupported format: the reader's message names the file
+        raise LoadError(str(e).splitlines()[0]) from None
+
+
+def read_console(path: Path, limit: int = MAX_CONSOLE_LINES) -> tuple[list[str], int]:
+    """Console text as lines; tqdm's carriage-return redraws keep only their last state.
+
+    Returns (lines, number of the first returned line) so messages can cite line numbers.
+    """
+    with path.open("rb") as f:
+        data = f.read()
+    text = data.decode("utf-8", errors="replace")
+    lines = [_last_redraw(ln) for ln in text.split("\n")]
+    if lines and lines[-1] == "":
+        lines.pop()
+    first = 1
+    if len(lines) > limit:
+        first = len(lines) - limit + 1
+        lines = lines[-limit:]
+    return lines, first
+
+
+def _last_redraw(line: str) -> str:
+    """``"a\\rb\\rc"`` -> ``"c"``: a progress bar redrawn in place shows its last state."""
+    line = line.rstrip("\r")
+    return line.rsplit("\r", 1)[-1] if "\r" in line else line
