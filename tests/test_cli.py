@@ -17,7 +17,7 @@ def tw(*args: str, cwd: Path | None = None, timeout: float = 120) -> subprocess.
     env = {**os.environ, "NO_COLOR": "1"}
     return subprocess.run(
         [sys.executable, "-m", "trainwatch", *args],
-        capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+        capture_output=True, text=True, check=False, timeout=timeout, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
     )
 
 

@@ -29,7 +29,7 @@ CORE_MODULES = [
 
 def _loaded_after(stmt: str) -> set[str]:
     code = f"import sys\n{stmt}\nprint(' '.join(sorted(sys.modules)))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=60)
     assert out.returncode == 0, out.stderr
     return set(out.stdout.split())
 

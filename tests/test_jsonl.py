@@ -153,7 +153,7 @@ def _random_lines(rng: random.Random, n: int) -> list[bytes]:
             if rng.random() < 0.1:
                 rec["val_loss"] = rng.random()
             if rng.random() < 0.05:
-                rec["new_metric_%d" % rng.randint(0, 3)] = rng.randint(0, 9)
+                rec[f"new_metric_{rng.randint(0, 3)}"] = rng.randint(0, 9)
             if rng.random() < 0.05:
                 rec["nested"] = {"a": rng.random()}
             if rng.random() < 0.05:
@@ -181,17 +181,13 @@ def _reference(lines: list[bytes]) -> dict[str, list[tuple[int, float]]]:
         if "event" in rec:
             continue
 
-        def walk(d, prefix=""):
+        def walk(d, prefix="", step=step):
             for k, v in d.items():
                 if isinstance(v, dict):
-                    walk(v, prefix + k + "/")
-                elif not prefix and k in ("step", "time", "event", "rank"):
+                    walk(v, prefix + k + "/", step)
+                elif not prefix and k in ("step", "time", "event", "rank") or isinstance(v, bool):
                     continue
-                elif isinstance(v, bool):
-                    continue
-                elif isinstance(v, (int, float)):
-                    ref.setdefault(prefix + k, []).append((step, float(v)))
-                elif isinstance(v, str) and v.lower() in ("nan", "inf", "-inf"):
+                elif isinstance(v, (int, float)) or isinstance(v, str) and v.lower() in ("nan", "inf", "-inf"):
                     ref.setdefault(prefix + k, []).append((step, float(v)))
 
         walk(rec)

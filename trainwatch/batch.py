@@ -7,8 +7,9 @@ cross from the ingest thread into the UI thread without copies or locks.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import math
 import time as _time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import numpy as np
 

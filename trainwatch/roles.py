@@ -7,8 +7,8 @@ extend the table in YAML (``roles:`` in a rules file) through :func:`RoleTable.e
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
 
 ROLES = ("loss", "val_loss", "lr", "grad_norm", "throughput", "step_time", "memory", "epoch")
 

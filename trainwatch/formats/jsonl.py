@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import json
 import time as _time
+from collections.abc import Callable
 from itertools import chain
 from operator import attrgetter
-from typing import Any, Callable
+from typing import Any
 
 import msgspec
 import numpy as np
