@@ -14,6 +14,9 @@ should show everything in half that time, idle at half that CPU and hold less me
      the sum of each process's peak RSS (VmHWM).
   4. Prints the matched capture of each tool, a table with trainwatch/LEET ratios, ``--json OUT``.
 
+The data is made by ``bench/leet_data.py``; the tmux server and the /proc readings of process
+trees are ``bench/tmux_probe.py``.
+
 Setup once: ``python3 -m venv /tmp/leetvenv && /tmp/leetvenv/bin/pip install wandb``; tmux.
 
     .venv/bin/python bench/leet_compare.py            # 50k steps
@@ -39,285 +42,19 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from types import FrameType
 
-import numpy as np
-
-METRICS: tuple[str, ...] = (
-    "loss", "val_loss", "lr", "grad_norm", "grad_norm_clipped", "throughput", "step_time",
-    "data_time", "memory_gb", "accuracy", "perplexity", "weight_norm", "update_ratio",
-    "loss_scale", "tokens_seen", "epoch", "aux_loss", "z_loss", "entropy", "gpu_util",
-)
-"""The 20 metrics every record carries (plain names, so trainwatch's role detection sees them)."""
-RUN_ID = "leetbench"
-POLL_S = 0.02
-"""Screen poll period while waiting for the last step."""
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # `python bench/leet_compare.py`
 
-WANDB_GENERATOR = '''\
-import json, sys, wandb
-src, out_dir, run_id = sys.argv[1:4]
-settings = wandb.Settings(x_disable_stats=True, x_disable_meta=True, x_disable_machine_info=True,
-                          console="off", disable_git=True, save_code=False,
-                          x_save_requirements=False, silent=True)
-run = wandb.init(mode="offline", dir=out_dir, project="leet-bench", id=run_id, name=run_id,
-                 settings=settings)
-with open(src, "rb") as f:
-    for line in f:
-        rec = json.loads(line)
-        step = rec.pop("step")
-        rec.pop("time", None)
-        run.log(rec, step=step)
-run.finish()
-'''
-"""Run by the scratch venv's python: replays the JSONL records through ``wandb.log``, so both
-tools read the very same values. System stats are off: LEET would otherwise show extra series."""
-
-
-# ------------------------------------------------------------------------------------------ data
-def make_values(steps: int, seed: int) -> dict[str, np.ndarray]:
-    """Seeded training-like curves, one value per step for each of :data:`METRICS`."""
-    rng = np.random.default_rng(seed)
-    s = np.arange(1, steps + 1, dtype=np.float64)
-    x = s / steps
-    warm = max(1, steps // 50)
-    lr = np.where(s < warm, 3e-4 * s / warm, 3e-5 + 0.5 * (3e-4 - 3e-5) * (1 + np.cos(np.pi * x)))
-    loss = (0.35 + 2.6 * np.exp(-6 * x)) * np.exp(rng.normal(0, 0.03, steps))
-    grad = (0.4 + 1.2 * np.exp(-3 * x)) * np.exp(rng.standard_t(4, steps) * 0.1)
-    tput = 12_000 * (1 + rng.normal(0, 0.02, steps))
-    data_time = np.abs(rng.normal(0.004, 0.001, steps)) + (rng.random(steps) < 0.002) * 0.5
-    weight = 80 + 15 * np.sqrt(x)
-    scale = 2.0 ** (16 - np.minimum(4, np.cumsum(rng.random(steps) < 2e-4)))
-    return {
-        "loss": loss,
-        "val_loss": 0.4 + 2.6 * np.exp(-5.5 * x) + rng.normal(0, 0.005, steps),
-        "lr": lr,
-        "grad_norm": grad,
-        "grad_norm_clipped": np.minimum(grad, 1.0),
-        "throughput": tput,
-        "step_time": 4096 / tput + data_time,
-        "data_time": data_time,
-        "memory_gb": 9.0 + 3.0 * (1 - np.exp(-s / 50)) + rng.normal(0, 0.01, steps),
-        "accuracy": np.clip(1 - loss / 3.2 + rng.normal(0, 0.01, steps), 0, 1),
-        "perplexity": np.exp(loss),
-        "weight_norm": weight,
-        "update_ratio": lr * grad / weight * 1e3,
-        "loss_scale": scale,
-        "tokens_seen": s * 4096,
-        "epoch": s / max(1, steps // 10),
-        "aux_loss": 0.05 * np.exp(-2 * x) * np.exp(rng.normal(0, 0.05, steps)),
-        "z_loss": 1e-4 * (1 + 0.2 * np.sin(s / 500)) + rng.normal(0, 1e-6, steps),
-        "entropy": 2.0 + 4.0 * np.exp(-4 * x) + rng.normal(0, 0.02, steps),
-        "gpu_util": np.clip(0.93 + rng.normal(0, 0.02, steps), 0, 1),
-    }
-
-
-def write_jsonl(path: Path, steps: int, seed: int) -> None:
-    """One record per step, ``{"step": i, "time": ..., <20 metrics>}``, steps 1..N."""
-    values = make_values(steps, seed)
-    cols = [np.round(values[k], 8).tolist() for k in METRICS]
-    t0 = 1.7e9
-    tmp = path.with_suffix(".tmp")
-    with tmp.open("w") as f:
-        for i in range(steps):
-            rec: dict[str, float | int] = {"step": i + 1, "time": round(t0 + i * 0.35, 3)}
-            rec.update(zip(METRICS, (c[i] for c in cols)))
-            f.write(json.dumps(rec, separators=(",", ":")) + "\n")
-    tmp.rename(path)  # a half-written file from an interrupted run is never taken for data
-
-
-@dataclass(frozen=True)
-class Dataset:
-    jsonl_run: Path
-    """Run directory holding ``metrics.jsonl`` (what ``trainwatch PATH`` gets)."""
-    wandb_run: Path
-    """W&B offline run directory holding ``run-<id>.wandb`` (what ``wandb leet PATH`` gets)."""
-    steps: int
-
-
-def ensure_data(cache: Path, steps: int, seed: int, wandb_python: Path,
-                env: dict[str, str]) -> Dataset:
-    """Generate both copies of the data into ``cache`` unless a previous run already did."""
-    base = cache / f"s{steps}-seed{seed}"
-    jsonl_run = base / "runs" / "x"
-    jsonl_run.mkdir(parents=True, exist_ok=True)
-    jsonl = jsonl_run / "metrics.jsonl"
-    if not jsonl.exists():
-        t = time.perf_counter()
-        write_jsonl(jsonl, steps, seed)
-        print(f"wrote {jsonl} ({jsonl.stat().st_size / 1e6:.1f} MB) in "
-              f"{time.perf_counter() - t:.1f} s", flush=True)
-    done = base / "wandb.done"
-    if not done.exists():
-        shutil.rmtree(base / "wandb", ignore_errors=True)
-        gen = base / "gen_wandb.py"
-        gen.write_text(WANDB_GENERATOR)
-        t = time.perf_counter()
-        print(f"logging {steps} steps with wandb.log (offline) ...", flush=True)
-        subprocess.run([str(wandb_python), str(gen), str(jsonl), str(base), RUN_ID],
-                       env=env, check=True)
-        done.write_text("ok\n")
-        print(f"  done in {time.perf_counter() - t:.1f} s", flush=True)
-    found = sorted((base / "wandb").glob(f"offline-run-*-{RUN_ID}/run-{RUN_ID}.wandb"))
-    if len(found) != 1:
-        raise SystemExit(f"leet_compare: expected one run-{RUN_ID}.wandb under {base}/wandb, "
-                         f"found {len(found)}: delete {base} and run again")
-    return Dataset(jsonl_run=jsonl_run, wandb_run=found[0].parent, steps=steps)
-
-
-# ----------------------------------------------------------------------------- process tree
-@dataclass(frozen=True)
-class ProcSample:
-    """One /proc reading of a process."""
-
-    pid: int
-    name: str
-    cpu_ticks: int
-    """utime + stime, all threads."""
-    rss_kb: int
-    hwm_kb: int
-    """Peak RSS of this process."""
-
-
-def _children() -> dict[int, list[int]]:
-    kids: dict[int, list[int]] = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry.name}/stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        kids.setdefault(ppid, []).append(int(entry.name))
-    return kids
-
-
-def tree_pids(root: int) -> list[int]:
-    """``root`` and all its descendants (children, grandchildren, ...)."""
-    kids = _children()
-    out, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        out.append(pid)
-        todo.extend(kids.get(pid, ()))
-    return out
-
-
-def sample(pid: int) -> ProcSample | None:
-    """utime+stime and RSS of one process, or None if it is gone (or a zombie)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        status = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return None
-    head, rest = stat.rsplit(")", 1)
-    fields = rest.split()
-    kb = {k: int(v.split()[0]) for k, v in (ln.split(":", 1) for ln in status.splitlines()
-                                             if ln.startswith(("VmRSS", "VmHWM")))}
-    if "VmRSS" not in kb:
-        return None  # zombie: no memory, nothing to count
-    return ProcSample(pid, head.split("(", 1)[1], int(fields[11]) + int(fields[12]),
-                      kb["VmRSS"], kb.get("VmHWM", 0))
-
-
-def sample_tree(root: int) -> dict[int, ProcSample]:
-    return {p.pid: p for p in (sample(pid) for pid in tree_pids(root)) if p is not None}
-
-
-def cpu_between(a: dict[int, ProcSample], b: dict[int, ProcSample]) -> int:
-    """CPU ticks the tree spent between two samples (a process born in between counts whole)."""
-    return sum(p.cpu_ticks - (a[pid].cpu_ticks if pid in a else 0) for pid, p in b.items())
-
-
-def inet_sockets(pids: list[int]) -> int:
-    """TCP/UDP sockets (IPv4 or 6) the processes hold: proof that W&B stayed offline."""
-    inodes: set[str] = set()
-    for pid in pids:
-        try:
-            fds = list(os.scandir(f"/proc/{pid}/fd"))
-        except OSError:
-            continue
-        for fd in fds:
-            try:
-                target = os.readlink(fd.path)
-            except OSError:
-                continue
-            if target.startswith("socket:["):
-                inodes.add(target[8:-1])
-    count = 0
-    for table in ("tcp", "tcp6", "udp", "udp6"):
-        try:
-            rows = Path(f"/proc/net/{table}").read_text().splitlines()[1:]
-        except OSError:
-            continue
-        count += sum(1 for row in rows if row.split()[9] in inodes)
-    return count
-
-
-def kill_tree(root: int, grace_s: float = 2.0) -> None:
-    """SIGTERM the whole tree, wait for it, SIGKILL what is left."""
-    pids = tree_pids(root)
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in pids:
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
-        deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline and any(sample(p) for p in pids):
-            time.sleep(0.05)
-        pids = [p for p in pids if sample(p) is not None]
-        if not pids:
-            return
-
-
-# ------------------------------------------------------------------------------------------ tmux
-class Tmux:
-    """A private tmux server (own socket, no user config): status bar off, dead panes kept so a
-    crashed tool's last words can be captured."""
-
-    def __init__(self, workdir: Path) -> None:
-        self.socket = workdir / f"tmux-{os.getpid()}.sock"
-        conf = workdir / "tmux.conf"
-        conf.write_text("set -g status off\nset -g remain-on-exit on\n"
-                        "set -g default-terminal tmux-256color\n")
-        self.base = ["tmux", "-S", str(self.socket), "-f", str(conf)]
-        self.roots: list[int] = []
-
-    def _run(self, *args: str) -> str:
-        return subprocess.run([*self.base, *args], capture_output=True, text=True,
-                              check=True).stdout
-
-    def start(self, name: str, argv: list[str], env: dict[str, str], width: int,
-              height: int) -> int:
-        """Start ``argv`` (exec'd directly, no shell) in a new session; return its pid."""
-        flags = [f"-e{k}={v}" for k, v in env.items()]
-        self._run("new-session", "-d", "-s", name, "-x", str(width), "-y", str(height),
-                  *flags, "--", *argv)
-        pid = int(self._run("display-message", "-p", "-t", name, "#{pane_pid}"))
-        self.roots.append(pid)
-        return pid
-
-    def capture(self, name: str) -> str:
-        return self._run("capture-pane", "-p", "-t", name)
-
-    def dead(self, name: str) -> str | None:
-        """None while the pane's process runs, else how it ended ("status 1", "signal 9")."""
-        fmt = "#{pane_dead}|#{pane_dead_status}|#{pane_dead_signal}"
-        deadline = time.monotonic() + 1.0
-        while True:
-            flag, status, sig = self._run("display-message", "-p", "-t", name, fmt).strip().split("|")
-            if flag != "1":
-                return None
-            if status or sig or time.monotonic() > deadline:
-                return f"signal {sig}" if sig else f"status {status or '?'}"
-            time.sleep(POLL_S)  # tmux fills these in a moment after the pane dies
-
-    def close(self) -> None:
-        for pid in self.roots:
-            kill_tree(pid)
-        subprocess.run([*self.base, "kill-server"], check=False, capture_output=True)
-        self.socket.unlink(missing_ok=True)  # tmux 3.3 leaves it behind
+from bench.leet_data import METRICS, Dataset, ensure_data, wandb_env
+from bench.tmux_probe import (
+    CLK_TCK,
+    POLL_S,
+    Tmux,
+    cpu_between,
+    inet_sockets,
+    kill_tree,
+    sample_tree,
+)
 
 
 # ------------------------------------------------------------------------------------ measuring
@@ -439,21 +176,6 @@ def combine(runs: list[Result]) -> Result:
 def step_forms(n: int) -> str:
     """Regex alternatives for ``n`` as a screen may show it: 50000, 50,000."""
     return "|".join(re.escape(f) for f in (f"{n:,}", str(n)))
-
-
-def wandb_env(cache: Path) -> dict[str, str]:
-    """Offline, silent, no telemetry, and every W&B file under ``cache``, not in $HOME."""
-    return {
-        "WANDB_MODE": "offline",
-        "WANDB_SILENT": "true",
-        "WANDB_ERROR_REPORTING": "false",
-        "WANDB_DISABLE_CODE": "true",
-        "WANDB_DISABLE_GIT": "true",
-        "WANDB_DIR": str(cache),
-        "WANDB_CONFIG_DIR": str(cache / "wandb-config"),
-        "WANDB_CACHE_DIR": str(cache / "wandb-cache"),
-        "WANDB_DATA_DIR": str(cache / "wandb-data"),
-    }
 
 
 # -------------------------------------------------------------------------------------- report

@@ -19,6 +19,7 @@ CORE_MODULES = [
     "trainwatch.formats.detect",
     "trainwatch.store",
     "trainwatch.tailer",
+    "trainwatch.follower",
     "trainwatch.load",
     "trainwatch.inspect",
     "trainwatch.cli",
