@@ -6,8 +6,9 @@ Detecting is separate from what happens next (toast, bell, file, exit code): an 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
 Severity = Literal["info", "warning", "error"]
 SEVERITY_RANK: Mapping[str, int] = {"info": 0, "warning": 1, "error": 2}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -29,11 +30,12 @@ def test_top_level_help_lists_commands_with_examples():
     assert "examples:" in r.stdout
 
 
-@pytest.mark.parametrize("cmd", ["inspect", "check", "report", "demo", "watch"])
+@pytest.mark.parametrize("cmd", ["inspect", "check", "report", "demo", "watch", "train"])
 def test_every_command_help_has_an_example(cmd):
     r = tw(cmd, "--help")
     assert r.returncode == 0, r.stderr
-    assert "example:" in r.stdout and "trainwatch" in r.stdout.split("example:")[1]
+    assert re.search(r"examples?:", r.stdout), r.stdout
+    assert "trainwatch" in re.split(r"examples?:", r.stdout)[1]
 
 
 def test_inspect_json_on_the_shipped_sample():

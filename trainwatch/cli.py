@@ -143,13 +143,10 @@ def cmd_report(argv: Sequence[str]) -> int:
 
 # ---------------------------------------------------------------------- train / demo
 def cmd_train(argv: Sequence[str]) -> int:
-    try:
-        from trainwatch.trainer.__main__ import main as train_main
-    except ImportError as e:
-        return _fail(
-            f"the trainer needs PyTorch ({e.name or e}); install it with: pip install 'trainwatch[train]'"
-        )
-    return int(train_main(list(argv)) or 0)
+    # the trainer's own entry point checks for torch and explains how to install it
+    from trainwatch.trainer.__main__ import main as train_main
+
+    return int(train_main(list(argv), prog="trainwatch train") or 0)
 
 
 def cmd_demo(argv: Sequence[str]) -> int:
@@ -162,11 +159,12 @@ def cmd_demo(argv: Sequence[str]) -> int:
     p.add_argument("--run-dir", type=Path, help="where the run writes (default: a new runs/demo-* folder)")
     p.add_argument("--no-tui", action="store_true", help="start the run and print its directory only")
     a = p.parse_args(argv)
+    from trainwatch.trainer.demo import DemoError, launch_demo
+
     try:
-        from trainwatch.trainer.demo import launch_demo
-    except ImportError as e:
-        return _fail(f"the demo needs PyTorch ({e.name or e}); install it with: pip install 'trainwatch[train]'")
-    run_dir = launch_demo(a.run_dir)
+        run_dir = launch_demo(a.run_dir)
+    except DemoError as e:
+        return _fail(str(e))
     print(f"demo run started in {run_dir}")
     if a.no_tui:
         return EXIT_OK

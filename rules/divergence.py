@@ -1,0 +1,137 @@
+"""``divergence``: the smoothed train loss climbs back up from its best.
+
+The loss is smoothed into block medians of ``window`` points (shared with other rules, see
+:func:`~trainwatch.rules.blocks.shared_blocks`); a block at least ``rise`` (or ``noise_factor``
+standard errors of a block median, for noisy losses) above the best one, for ``windows`` blocks in
+a row, is a warning; ``error_rise`` above the best, or past an absolute ``cap``, is an error at
+once. Runs of quiet blocks are taken in one vectorised step.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from trainwatch.rules.base import Context, Frame, Hit, Rule, fmt, pct, r6
+from trainwatch.rules.blocks import Blocks, shared_blocks
+from trainwatch.rules.models import DivergenceConfig
+from trainwatch.rules.stats import median
+
+
+class DivergenceRule(Rule):
+    fast = True
+    """Take runs of quiet blocks in one vectorised step (tests turn it off to compare)."""
+    id = "divergence"
+
+    def __init__(self, cfg: DivergenceConfig, ctx: Context) -> None:
+        super().__init__(cfg, ctx)
+        self.rewind()
+
+    def rewind(self) -> None:
+        self.nblk = 0
+        self.best: float | None = None
+        self.best_step = 0
+        self.up = 0
+        self.quiet = 0
+        self.active = False
+        self.escalated = False
+
+    def update(self, frame: Frame) -> list[Hit]:
+        b = shared_blocks(self.ctx, frame, "loss", self.cfg.window)
+        if not len(b):
+            return []
+        cfg: DivergenceConfig = self.cfg
+        hits: list[Hit] = []
+        k = self._quiet_prefix(b)
+        for i, (med, noise) in enumerate(zip(b.med.tolist(), b.noise.tolist())):
+            if i < k:
+                continue
+            self.nblk += 1
+            if self.best is None or self.nblk <= cfg.warmup_windows:
+                self.best = med if self.best is None else min(self.best, med)
+                if self.best == med:
+                    self.best_step = int(b.step[i])
+                continue
+            best = self.best
+            rise = max(cfg.rise, cfg.noise_factor * noise)
+            up = med >= best + rise * abs(best)
+            capped = cfg.cap is not None and med > cfg.cap
+            err = capped or med >= best + cfg.error_rise * abs(best)
+            if up or capped:
+                self.up += 1
+                self.quiet = 0
+            else:
+                self.up = 0
+                self.quiet += 1
+                if self.active and self.quiet >= 2:
+                    self.active = False
+            kind = None
+            if not self.active and (self.up >= cfg.windows or err):
+                kind = "error" if err else cfg.severity
+                self.active, self.escalated = True, err
+            elif self.active and not self.escalated and err:
+                kind, self.escalated = "error", True
+            if kind is not None:
+                hits.append(self._fire(frame, b, i, med, best, kind, capped))
+            if med < best:
+                self.best, self.best_step = med, int(b.step[i])
+        return hits
+
+    def _quiet_prefix(self, b: Blocks) -> int:
+        """Take in one step the leading blocks with no rise (the common case), as the loop
+        would. Returns how many were taken."""
+        if not self.fast:
+            return 0
+        cfg: DivergenceConfig = self.cfg
+        n = len(b)
+        if self.best is None or self.nblk < cfg.warmup_windows or n == 0:
+            return 0
+        med = b.med
+        best = np.minimum.accumulate(np.concatenate(([self.best], med)))[:-1]
+        rise = np.maximum(cfg.rise, cfg.noise_factor * b.noise)
+        bad = (med >= best + rise * np.abs(best)) | (med >= best + cfg.error_rise * np.abs(best))
+        if cfg.cap is not None:
+            bad |= med > cfg.cap
+        hit = np.flatnonzero(bad)
+        k = int(hit[0]) if hit.shape[0] else n
+        if k:
+            self.nblk += k
+            self.up = 0
+            self.quiet += k
+            if self.active and self.quiet >= 2:
+                self.active = False
+            j = int(np.argmin(med[:k]))
+            if med[j] < self.best:
+                self.best, self.best_step = float(med[j]), int(b.step[j])
+        return k
+
+    def _fire(self, frame: Frame, b: Blocks, i: int, med: float, best: float, severity: str,
+              capped: bool) -> Hit:
+        cfg: DivergenceConfig = self.cfg
+        pos, step = int(b.pos[i]), int(b.step[i])
+        rise = (med - best) / abs(best) if best else math.inf
+        lr = self.ctx.latest("lr", pos)
+        _s, lr_recent = self.ctx.recent("lr", pos, 2 * cfg.window)
+        _g, gv = self.ctx.recent("grad_norm", pos, 4 * cfg.window)
+        causes = [("the learning rate is too high for this phase of training", 0.6),
+                  ("bad data: a corrupt shard or a shift in the data distribution", 0.3),
+                  ("optimizer state lost or mismatched after a resume", 0.15)]
+        if lr_recent.shape[0] > 1 and lr_recent[-1] > lr_recent[0] * 1.05:
+            causes.append(("the LR rose recently (warm-up ending, a schedule restart)", 0.7))
+        if gv.shape[0] >= 8:
+            half = gv.shape[0] // 2
+            if median(gv[half:]) > 2 * median(gv[:half]):
+                causes.append(("updates are growing: the grad norm doubled meanwhile", 0.6))
+        fixes = [(f"Rewind to a checkpoint near step {self.best_step} (best loss {fmt(best)}) "
+                 "and lower the LR 2-10x"),
+                 "Clip gradients: torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)",
+                 "Check the data around where the rise began"]
+        what = f"above the cap {fmt(cfg.cap)}" if capped else f"{pct(rise)} above its best"
+        message = (f"The smoothed loss is diverging: {fmt(med)} at step {step}, {what} "
+                   f"({fmt(best)} at step {self.best_step}).")
+        evidence = {"smoothed_loss": r6(med), "best": r6(best), "best_step": self.best_step,
+                    "rise": r6(rise), "windows_up": self.up, "window_points": cfg.window,
+                    "lr": r6(lr) if lr is not None else None}
+        return self.alert(pos=pos, severity=severity, step=step, time=float(b.time[i]),
+                          metric=frame.roles.get("loss"), message=message, evidence=evidence,
+                          causes=causes, fixes=fixes)

@@ -1,0 +1,297 @@
+"""The rule engine: feeds batches to every enabled rule and collects their alerts.
+
+    engine = RuleEngine(load_rules_config(), live=True)
+    alerts = engine.feed(batch)          # main metric stream, batches in order
+    alerts = engine.feed_rank(3, batch)  # per-rank streams
+    alerts = engine.feed_console(lines, first_line)
+    alerts = engine.tick(time.time())    # live: a silent stream
+    alerts = engine.finish()             # end of a backfill
+
+Each batch is cut at segment boundaries (a resumed run replays steps) into frames; every rule
+sees every frame in a fixed order, and hits are sorted by record, so the alerts are identical
+whether a file arrives point by point or all at once. After a rewind, an alert that already
+fired for the replayed steps (same rule and metric) is not raised again. What happens with an
+alert (toast, bell, file, exit code) is not the engine's business.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time as _time
+from collections.abc import Sequence
+
+import numpy as np
+from trainwatch.rules.alert import Alert
+from trainwatch.rules.base import Context, Frame, Hit, Points, Rule
+from trainwatch.rules.config import RulesConfig, load_rules_config
+from trainwatch.rules.console import ConsoleRule
+from trainwatch.rules.custom import CustomRule
+from trainwatch.rules.divergence import DivergenceRule
+from trainwatch.rules.lr import LrExhaustedRule
+from trainwatch.rules.memory import GrowthAnalysis, MemoryGrowthRule, StateDetachRule
+from trainwatch.rules.models import RULE_IDS
+from trainwatch.rules.nan_inf import NanInfRule
+from trainwatch.rules.overfit import OverfitRule
+from trainwatch.rules.plateau import PlateauRule
+from trainwatch.rules.spikes import GradExplosionRule, LossSpikeRule, StepTimeOutlierRule
+from trainwatch.rules.stalled import LearningStalledRule
+from trainwatch.rules.straggler import RankStraggler
+from trainwatch.rules.stream import StalledStreamRule
+from trainwatch.rules.throughput import ThroughputDropRule
+from trainwatch.rules.vanishing import GradVanishingRule
+
+from trainwatch.batch import Event, RecordBatch
+
+# Frame order: a rule that another one consults runs first (grad spikes before loss spikes
+# and NaNs, state_detach before memory_growth and throughput_drop, overfit before plateau).
+_FRAME_RULES: tuple[tuple[str, type[Rule] | None], ...] = (
+    ("grad_explosion", GradExplosionRule),
+    ("loss_spike", LossSpikeRule),
+    ("step_time_outlier", StepTimeOutlierRule),
+    ("nan_inf", NanInfRule),
+    ("state_detach", None),  # with memory_growth: one GrowthAnalysis, two rule ids
+    ("throughput_drop", ThroughputDropRule),
+    ("learning_stalled", LearningStalledRule),
+    ("grad_vanishing", GradVanishingRule),
+    ("overfit", OverfitRule),
+    ("plateau", PlateauRule),
+    ("divergence", DivergenceRule),
+    ("lr_exhausted", LrExhaustedRule),
+    ("stalled_stream", StalledStreamRule),
+)
+_RANK = {rid: i for i, rid in enumerate(RULE_IDS)}
+
+
+class RuleEngine:
+    def __init__(self, cfg: RulesConfig | None = None, live: bool = True) -> None:
+        self.cfg = cfg if cfg is not None else load_rules_config()
+        self.live = live
+        self.alerts: list[Alert] = []
+        """Every alert raised so far, in order."""
+        self._muted: set[str] = set()
+        self._seen: set[tuple[str, str | None, int, str]] = set()
+        self._names: set[str] = set()
+        self._roles: dict[str, str] = {}
+        self._wanted: set[str] = set()
+        """Series names any rule reads (roles, probes, custom metrics)."""
+        self._segments: list[int] = []
+        """Segment of each alert in ``alerts`` (for the replay guard)."""
+        self.last_step = 0
+        self.last_time = float("nan")
+        self._build()
+
+    # ------------------------------------------------------------------ setup
+    def _build(self) -> None:
+        cfg = self.cfg
+        self.ctx = Context()
+        rules: list[Rule] = []
+        det, mem = cfg.rules["state_detach"], cfg.rules["memory_growth"]
+        for rid, cls in _FRAME_RULES:
+            if cls is None:
+                if det.enabled or mem.enabled:
+                    growth = GrowthAnalysis(mem, det, self.ctx)  # type: ignore[arg-type]
+                    rules.append(StateDetachRule(det, self.ctx, growth))  # type: ignore[arg-type]
+                    rules.append(MemoryGrowthRule(mem, self.ctx, growth))  # type: ignore[arg-type]
+            elif cfg.rules[rid].enabled:
+                rules.append(cls(cfg.rules[rid], self.ctx))
+        rules += [CustomRule(c, self.ctx) for c in cfg.custom if c.enabled]
+        self._rules = rules
+        self._enabled = {rid for rid in RULE_IDS if cfg.rules[rid].enabled} | {
+            c.id for c in cfg.custom if c.enabled}
+        self._stream = next((r for r in rules if isinstance(r, StalledStreamRule)), None)
+        self._straggler = RankStraggler(cfg.rules["rank_straggler"], cfg.roles,  # type: ignore[arg-type]
+                                        live=self.live)
+        self._console = ConsoleRule(cfg.rules["console_error"], det)  # type: ignore[arg-type]
+        self._segment: int | None = None
+        self._guard_until: int | None = None
+        self._guard: set[tuple[str, str | None]] = set()
+
+    @property
+    def rule_ids(self) -> tuple[str, ...]:
+        return self.cfg.ids()
+
+    def mute(self, rule_id: str) -> None:
+        """Drop this rule's alerts from now on (its state keeps running, so unmuting does not
+        release a backlog)."""
+        if rule_id not in self.cfg.ids():
+            raise ValueError(f"unknown rule id {rule_id!r} (known: {', '.join(self.cfg.ids())})")
+        self._muted.add(rule_id)
+
+    def unmute(self, rule_id: str) -> None:
+        self._muted.discard(rule_id)
+
+    # ------------------------------------------------------------------ feeding
+    def feed(self, batch: RecordBatch) -> list[Alert]:
+        """The main metric stream, batches in order."""
+        if batch.reset:
+            self._build()
+        n = batch.n_records
+        if n == 0:
+            return []
+        if not self._names.issuperset(batch.series):
+            self._names.update(batch.series)
+            self._roles = self.cfg.roles.resolve(self._names)
+            self._wanted = self._interest()
+        segs = batch.segments
+        cuts = [0, n] if segs[0] == segs[-1] and not batch.rewinds else \
+            [0, *(np.flatnonzero(np.diff(segs)) + 1).tolist(), n]
+        ev_rows = _event_rows(batch) if batch.events else np.empty(0, dtype=np.int64)
+        out: list[Alert] = []
+        for lo, hi in itertools.pairwise(cuts):
+            if lo == hi:
+                continue
+            seg = int(segs[lo])
+            if self._segment is not None and seg != self._segment:
+                self._rewind(batch, seg)
+            self._segment = seg
+            frame = self._frame(batch, lo, hi, ev_rows)
+            self.ctx.frame = frame
+            piece: list[Hit] = []
+            for rule in self._rules:
+                piece.extend(rule.update(frame))
+            self.ctx.end_frame(frame)
+            self.ctx.frame = None
+            # recorded piece by piece: the replay guard of a later segment must see them
+            out.extend(self._record(self._admit(piece)))
+        self.last_step = int(batch.steps[-1])
+        self.last_time = float(batch.times[-1])
+        return out
+
+    def feed_rank(self, rank: int, batch: RecordBatch) -> list[Alert]:
+        """One rank's stream (``metrics.rank{N}.jsonl``): ``rank_straggler``."""
+        if "rank_straggler" not in self._enabled:
+            return []
+        return self._record(self._straggler.feed(rank, batch))
+
+    def feed_console(self, lines: Sequence[str], first_line: int) -> list[Alert]:
+        """Text of the run's console log: ``console_error`` and ``state_detach`` (c)."""
+        return self._record(self._console.feed(lines, first_line, self.last_step, self.last_time))
+
+    def tick(self, now: float) -> list[Alert]:
+        """Live only: let ``stalled_stream`` see the clock."""
+        if not self.live or self._stream is None:
+            return []
+        return self._record(self._stream.tick(now))
+
+    def finish(self, now: float | None = None) -> list[Alert]:
+        """End of a backfill: rank streams are compared (``rank_straggler``), and a file whose
+        last record is old and has no ``run_end`` is a stalled stream."""
+        hits: list[Hit] = []
+        if "rank_straggler" in self._enabled:
+            hits.extend(self._straggler.finish())
+        if self._stream is not None:
+            hits.extend(self._stream.finish(_time.time() if now is None else now))
+        return self._record(hits)
+
+    # ------------------------------------------------------------------ internals
+    def _rewind(self, batch: RecordBatch, seg: int) -> None:
+        for rule in self._rules:
+            rule.rewind()
+        self.ctx.rewind()
+        rw = next((r for r in batch.rewinds if r.segment == seg), None)
+        if rw is None:
+            self._guard_until, self._guard = None, set()
+            return
+        # alerts already raised on the steps this segment replays are not raised again
+        self._guard_until = rw.from_step
+        self._guard = {
+            (a.rule, a.metric) for a, s in zip(self.alerts, self._segments)
+            if s < seg and rw.to_step <= a.step <= rw.from_step
+        }
+
+    def _admit(self, hits: list[Hit]) -> list[Hit]:
+        hits.sort(key=lambda h: (h.pos, _RANK.get(h.alert.rule, len(_RANK))))
+        out = []
+        for h in hits:
+            a = h.alert
+            if (self._guard_until is not None and a.step <= self._guard_until
+                    and (a.rule, a.metric) in self._guard):
+                continue
+            out.append(h)
+        return out
+
+    def _record(self, hits: list[Hit]) -> list[Alert]:
+        out: list[Alert] = []
+        for h in hits:
+            a = h.alert
+            if a.rule in self._muted or a.rule not in self._enabled:
+                continue
+            key = (a.rule, a.metric, a.step, a.message)
+            if key in self._seen:  # a stream read again from the top (reset) repeats itself
+                continue
+            self._seen.add(key)
+            out.append(a)
+        self.alerts.extend(out)
+        self._segments.extend([self._segment or 0] * len(out))
+        return out
+
+    def _interest(self) -> set[str]:
+        cfg = self.cfg
+        names = set(self._roles.values())
+        names.update(cfg.rules["nan_inf"].metrics)  # type: ignore[attr-defined]
+        names.update(cfg.rules["state_detach"].probe_metrics)  # type: ignore[attr-defined]
+        names.update(cfg.rules["state_detach"].graph_metrics)  # type: ignore[attr-defined]
+        for c in cfg.custom:
+            names.add(c.metric)
+        return names
+
+    def _frame(self, batch: RecordBatch, lo: int, hi: int, ev_rows: np.ndarray) -> Frame:
+        whole = lo == 0 and hi == batch.n_records
+        base = batch.first_record
+        series: dict[str, Points] = {}
+        for name in self._wanted:
+            ch = batch.series.get(name)
+            if ch is None:
+                continue
+            rows, steps, values, times = ch.rows, ch.steps, ch.values, ch.times
+            if not whole:
+                a, b = np.searchsorted(rows, [lo, hi])
+                rows, steps, values, times = rows[a:b], steps[a:b], values[a:b], times[a:b]
+                if not rows.shape[0]:
+                    continue
+            series[name] = Points(name, steps, values, times, rows.astype(np.int64) + base)
+        is_event = np.zeros(hi - lo, dtype=bool)
+        events: tuple[Event, ...] = ()
+        if ev_rows.shape[0]:
+            inside = [(int(r), ev) for r, ev in zip(ev_rows.tolist(), batch.events)
+                      if lo <= r < hi]
+            for r, _ev in inside:
+                is_event[r - lo] = True
+            events = tuple(ev for _r, ev in inside)
+        return Frame(
+            segment=int(batch.segments[lo]),
+            roles=self._roles,
+            series=series,
+            events=events,
+            rec_steps=batch.steps[lo:hi],
+            rec_times=batch.times[lo:hi],
+            rec_pos=np.arange(base + lo, base + hi, dtype=np.int64),
+            rec_is_event=is_event,
+        )
+
+
+def _event_rows(batch: RecordBatch) -> np.ndarray:
+    """The record row of each event, in order. Events carry no row, but they are the records
+    that no series and no note covers (as are records with no usable value, rarely): when the
+    counts agree they map one to one, else each event takes the next such record with its
+    step and time."""
+    covered = np.zeros(batch.n_records, dtype=bool)
+    for ch in batch.series.values():
+        covered[ch.rows] = True
+    for row, _f in batch.notes:
+        covered[row] = True
+    cand = np.flatnonzero(~covered)
+    if cand.shape[0] == len(batch.events):
+        return cand.astype(np.int64)
+    rows: list[int] = []
+    j, c = 0, cand.tolist()
+    for ev in batch.events:
+        while j < len(c) and not (int(batch.steps[c[j]]) == ev.step
+                                  and float(batch.times[c[j]]) == ev.time):
+            j += 1
+        if j == len(c):
+            rows.append(-1)  # cannot place it (should not happen): it is left out of frames
+            continue
+        rows.append(c[j])
+        j += 1
+    return np.asarray(rows, dtype=np.int64)

@@ -1,0 +1,185 @@
+"""``lr_exhausted``: the LR schedule is over while training goes on.
+
+Three cases: the LR is 0 from the start (nothing will learn); the LR has been ~0 for a sizeable
+part of the run (the schedule ended early, the run is idling); the LR has sat at its floor for a
+sizeable part of the run while the loss still improves (a longer schedule would have helped).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+from trainwatch.rules.base import Context, Frame, Hit, Points, Rule, fmt, pct, r6
+from trainwatch.rules.blocks import shared_blocks
+from trainwatch.rules.models import LrConfig
+from trainwatch.rules.stats import true_runs
+
+
+class LrExhaustedRule(Rule):
+    id = "lr_exhausted"
+
+    def __init__(self, cfg: LrConfig, ctx: Context) -> None:
+        super().__init__(cfg, ctx)
+        self.n = 0
+        self.peak = 0.0
+        self.all_zero = True
+        self.start_fired = False
+        self.zrun = 0
+        self.zfired = False
+        self.zrun_start = 0
+        self.frun = 0
+        self.frun_start = 0
+        self.ffired = False
+        self.last_lr = 0.0
+        self.loss_hist: deque[tuple[float, int]] = deque(maxlen=cfg.improving_windows + 1)
+
+    def rewind(self) -> None:
+        self.loss_hist.clear()
+
+    def update(self, frame: Frame) -> list[Hit]:
+        cfg: LrConfig = self.cfg
+        lr = frame.role("lr")
+        lb = shared_blocks(self.ctx, frame, "loss", cfg.window)
+        f = lr.finite() if lr is not None and len(lr) else None
+        hits: list[Hit] = []
+        if f is not None and len(f):
+            v = f.values
+            m = v.shape[0]
+            n_i = self.n + np.arange(1, m + 1)
+            peak_i = np.maximum(self.peak, np.maximum.accumulate(v))
+            hits.extend(self._start_and_zero(f, n_i, peak_i))
+            fl = (v <= cfg.floor_ratio * peak_i) & (v > np.maximum(cfg.zero, cfg.zero_ratio * peak_i))
+            F, fid = true_runs(fl, self.frun)
+            starts = np.flatnonzero(fl & ~np.concatenate(([self.frun > 0], fl[:-1])))
+        else:
+            f = None
+            m = 0
+            n_i = peak_i = F = fid = starts = np.empty(0, dtype=np.int64)
+        # at the floor while the loss improves: checked where a loss block completes
+        fired_f = {0} if self.ffired else set()
+        floor_now = self.frun > 0 or bool(F.shape[0] and F.any())
+        if len(lb) and not floor_now:  # the LR was never at its floor here: keep the history
+            self.loss_hist.extend(zip(lb.med.tolist(), lb.step.tolist()))
+        elif len(lb):
+            ks = (np.searchsorted(f.pos, lb.pos, side="right") - 1 if f is not None
+                  else np.full(len(lb), -1))
+            for j, (med, noise) in enumerate(zip(lb.med.tolist(), lb.noise.tolist())):
+                self.loss_hist.append((med, int(lb.step[j])))
+                # two block medians differ by sqrt(2) standard errors of one
+                delta = max(cfg.min_delta, cfg.noise_factor * 1.4142 * noise)
+                k = int(ks[j])
+                if k >= 0:
+                    run, length, n, peak = int(fid[k]), int(F[k]), int(n_i[k]), float(peak_i[k])
+                    lr_now = float(f.values[k])  # type: ignore[union-attr]
+                else:  # no LR point yet in this frame: the carried state holds here
+                    run, length, n, peak, lr_now = 0, self.frun, self.n, self.peak, self.last_lr
+                lh = self.loss_hist
+                if (length == 0 or run in fired_f
+                        or length < max(cfg.min_points, cfg.floor_fraction * n)
+                        or len(lh) < (lh.maxlen or 0)
+                        or lh[-1][0] > lh[0][0] - delta * abs(lh[0][0])):
+                    continue
+                fired_f.add(run)
+                since = int(f.steps[starts[run - 1]]) if run > 0 else self.frun_start  # type: ignore[union-attr]
+                pos = int(lb.pos[j])
+                hits.append(self._floor(pos, int(lb.step[j]), float(lb.time[j]), lr_now, length,
+                                        peak, n, since, frame.roles.get("lr")))
+        if f is not None:
+            self.ffired = bool(F[-1] > 0 and int(fid[-1]) in fired_f)
+            if F[-1] > 0 and int(fid[-1]) > 0:
+                self.frun_start = int(f.steps[starts[int(fid[-1]) - 1]])
+            self.frun = int(F[-1])
+            self.n += m
+            self.peak = float(peak_i[-1])
+            self.last_lr = float(f.values[-1])
+        else:
+            self.ffired = bool(self.frun > 0 and 0 in fired_f)
+        return sorted(hits, key=lambda h: h.pos)
+
+    def _start_and_zero(self, f: Points, n_i: np.ndarray, peak_i: np.ndarray) -> list[Hit]:
+        cfg: LrConfig = self.cfg
+        v = f.values
+        hits: list[Hit] = []
+        # zero from the start
+        if not self.start_fired and self.n < cfg.start_points:
+            head = v[: cfg.start_points - self.n]
+            if np.any(head > cfg.zero):
+                self.all_zero = False
+            elif self.all_zero and self.n + head.shape[0] == cfg.start_points:
+                self.start_fired = True
+                hits.append(self._start(f, head.shape[0] - 1))
+        # ~0 for a sizeable part of the run: once per run of ~0 points
+        z = v <= np.maximum(cfg.zero, cfg.zero_ratio * peak_i)
+        Z, zid = true_runs(z, self.zrun)
+        cond = z & (Z >= np.maximum(cfg.min_points, cfg.zero_fraction * n_i)) & (peak_i > 0)
+        zstarts = np.flatnonzero(z & ~np.concatenate(([self.zrun > 0], z[:-1])))
+        fired_z = {0} if self.zfired else set()
+        for i in np.flatnonzero(cond).tolist():
+            run = int(zid[i])
+            if run in fired_z:
+                continue
+            fired_z.add(run)
+            since = int(f.steps[zstarts[run - 1]]) if run > 0 else self.zrun_start
+            hits.append(self._zero(f, i, int(Z[i]), float(peak_i[i]), int(n_i[i]), since))
+        self.zfired = bool(Z[-1] > 0 and int(zid[-1]) in fired_z)
+        if Z[-1] > 0 and int(zid[-1]) > 0:
+            self.zrun_start = int(f.steps[zstarts[int(zid[-1]) - 1]])
+        self.zrun = int(Z[-1])
+        return hits
+
+    # ------------------------------------------------------------------ alerts
+    def _start(self, f: Points, i: int) -> Hit:
+        cfg: LrConfig = self.cfg
+        return self.alert(
+            pos=int(f.pos[i]), severity=cfg.severity, step=int(f.steps[i]),
+            time=float(f.times[i]), metric=f.name,
+            message=f"The learning rate has been 0 since the start ({cfg.start_points} points): "
+                    "nothing will learn.",
+            evidence={"lr": r6(float(f.values[i])), "points": cfg.start_points},
+            causes=[(("the scheduler starts at 0 and does not rise (e.g. warm-up longer than the "
+                     "run, a LambdaLR returning 0)"), 0.6),
+                    ("lr=0 in the optimizer or the config", 0.5)],
+            fixes=["Print scheduler.get_last_lr() for the first steps",
+                   "Check the optimizer's lr and the warm-up length"],
+        )
+
+    def _zero(self, f: Points, i: int, run: int, peak: float, n: int, since: int) -> Hit:
+        cfg: LrConfig = self.cfg
+        frac = run / n
+        when = f"since step {since}"
+        return self.alert(
+            pos=int(f.pos[i]), severity=cfg.severity, step=int(f.steps[i]),
+            time=float(f.times[i]), metric=f.name,
+            message=f"The learning rate has been ~0 ({fmt(float(f.values[i]))}, peak {fmt(peak)}) "
+                    f"{when}, {pct(frac)} of the run: the schedule has ended and training is "
+                    "idling.",
+            evidence={"lr": r6(float(f.values[i])), "lr_peak": r6(peak), "points_at_zero": run,
+                      "fraction_of_run": r6(frac)},
+            causes=[(("the schedule's total steps are fewer than the run's (max_steps/epochs "
+                     "mismatch)"), 0.8),
+                    (("the scheduler is stepped more often than it expects (per batch instead of "
+                     "per epoch)"), 0.4)],
+            fixes=["Set the scheduler's total steps to the run's length",
+                   "Stop the run: nothing changes from here on",
+                   "Call scheduler.step() as often as the scheduler expects"],
+        )
+
+    def _floor(self, pos: int, step: int, time: float, lr: float, run: int, peak: float,
+               n: int, since: int, metric: str | None) -> Hit:
+        cfg: LrConfig = self.cfg
+        lh = self.loss_hist
+        gain = (lh[0][0] - lh[-1][0]) / abs(lh[0][0]) if lh[0][0] else 0.0
+        return self.alert(
+            pos=pos, severity=cfg.severity, step=step, time=time, metric=metric,
+            message=f"The learning rate has sat at its floor ({fmt(lr)}, {pct(lr / peak)} of its "
+                    f"peak) since step {since} while the loss still improves ({pct(gain)} since "
+                    f"step {lh[0][1]}): the schedule decayed too early.",
+            evidence={"lr": r6(lr), "lr_peak": r6(peak), "points_at_floor": run,
+                      "fraction_of_run": r6(run / n), "loss_gain": r6(gain),
+                      "loss_then": r6(lh[0][0]), "loss_now": r6(lh[-1][0])},
+            causes=[("the schedule is too short for the run (decay ends too early)", 0.7),
+                    ("the final LR (min_lr / eta_min) is set too low", 0.4)],
+            fixes=["Lengthen the schedule (its total steps) or raise the final LR",
+                   "Resume from the last checkpoint with a higher constant LR"],
+        )

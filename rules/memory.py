@@ -1,0 +1,287 @@
+"""``state_detach`` and ``memory_growth``: one analysis (see :mod:`trainwatch.rules.growth`), two
+rule ids.
+
+``state_detach`` is told (a) by the trainer's probe (``state_attached`` = 1: error at once),
+(b) by the stream alone: step time and memory rising linearly together, or step time alone when
+no memory is logged, or a ``graph_size`` series growing; and (c) by the console (see
+:mod:`trainwatch.rules.console`). ``memory_growth`` is memory rising steadily while the step time
+is flat; if the step time rises as well, the same evidence is reported as ``state_detach``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from trainwatch.rules.base import Context, Frame, Hit, Points, Rule, fmt, make_hit, pct, r6
+from trainwatch.rules.episode import START, START_ESCALATED, Episode
+from trainwatch.rules.growth import Evals, Pushed, TrendTrack, span_growth, span_trend
+from trainwatch.rules.models import DetachConfig, MemoryConfig
+
+DETACH_CAUSES = [
+    (("the recurrent hidden state (h, or (h, c) for an LSTM) is carried to the next sample or "
+     "chunk without .detach(), so every backward pass runs through the whole history"), 0.85),
+    ("retain_graph=True was added to silence 'backward through the graph a second time'", 0.4),
+]
+DETACH_FIXES = [
+    ("Detach the state at the start of each sample or TBPTT chunk: h = h.detach() "
+    "(LSTM: h, c = h.detach(), c.detach())"),
+    "Remove retain_graph=True: it only hides this bug",
+    "Accumulate running losses with loss.item(), not the tensor",
+]
+_EMPTY = Points("", np.empty(0, dtype=np.int64), np.empty(0), np.empty(0),
+                np.empty(0, dtype=np.int64))
+
+
+class GrowthAnalysis:
+    """Runs once per frame for both rules; each rule takes its own hits."""
+
+    def __init__(self, mem: MemoryConfig, det: DetachConfig, ctx: Context) -> None:
+        self.mem, self.det, self.ctx = mem, det, ctx
+        keep = max(mem.window, det.window)
+        self.time_track = TrendTrack(keep)
+        self.mem_track = TrendTrack(keep)
+        self.graph_track = TrendTrack(det.graph_window)
+        self.probe = Episode(rearm=10, cooldown=0)
+        self._frame: Frame | None = None
+        self._hits: dict[str, list[Hit]] = {}
+        self.rewind()
+
+    def rewind(self) -> None:
+        for t in (self.mem_track, self.time_track, self.graph_track):
+            t.reset()
+        self.probe.reset()
+        self.detach_fired = False
+        self.trend_fired = False
+        self.mem_fired = False
+        self.mem_active = False
+
+    def hits(self, frame: Frame, rule: str) -> list[Hit]:
+        if self._frame is not frame:
+            self._frame = frame
+            self._hits = self._run(frame)
+        return self._hits.get(rule, [])
+
+    # ------------------------------------------------------------------ analysis
+    def _run(self, frame: Frame) -> dict[str, list[Hit]]:
+        det, mem = self.det, self.mem
+        time_pts = _finite(frame.role("step_time"))
+        mem_pts = _finite(frame.role("memory"))
+        has_mem = frame.roles.get("memory") is not None
+        tp = self.time_track.push(time_pts)
+        mp = self.mem_track.push(mem_pts)
+        # skip quickly when nothing is near a threshold: memory that stays within half the
+        # smallest growth bar over every window this frame ends cannot rise in any of them
+        mv = mp.values
+        flat = has_mem and mv.shape[0] > 0 and bool(
+            mv.max() - mv.min() < min(mem.min_growth, det.memory_min_growth) / 2 * abs(mv.min()))
+        ev_t = tp.evals(det.window, det.every, det.warmup_points,
+                        pre=not (flat or self.trend_fired))
+        ev_m = mp.evals(mem.window, mem.every, mem.warmup_points,
+                        pre=not flat or self.mem_active)
+        events: list[tuple[int, int, str, int]] = []  # (pos, order, kind, index)
+        probe_hits: list[Hit] = []
+        if det.enabled:
+            probe_hits = self._probe(frame)
+            events += [(h.pos, 0, "probe", i) for i, h in enumerate(probe_hits)]
+            if ev_t.end.shape[0] and not self.trend_fired and not flat:
+                if has_mem:
+                    pre_m = span_growth(ev_t, mp, max(2, det.window // 5), 5)
+                    cand = (ev_t.pre >= det.time_min_growth / 2) & (pre_m >= det.memory_min_growth / 2)
+                elif det.time_only:
+                    cand = ev_t.pre >= det.time_only_growth / 2
+                else:
+                    cand = np.zeros(ev_t.end.shape[0], dtype=bool)
+                events += [(int(ev_t.pos[ev_t.end[k]]), 1, "trend", k)
+                           for k in np.flatnonzero(cand).tolist()]
+            ev_g = self._graph_evals(frame)
+            if ev_g is not None and ev_g.end.shape[0] and not self.trend_fired:
+                cand = ev_g.pre >= det.graph_min_growth / 2
+                events += [(int(ev_g.pos[ev_g.end[k]]), 2, "graph", k)
+                           for k in np.flatnonzero(cand).tolist()]
+        else:
+            ev_g = None
+        if mem.enabled and ev_m.end.shape[0] and (self.mem_active or not flat):
+            pre = ev_m.pre >= mem.min_growth / 2
+            if pre.any() or self.mem_active:
+                events += [(int(ev_m.pos[ev_m.end[k]]), 3, "mem" if pre[k] else "mem_ok", k)
+                           for k in range(ev_m.end.shape[0])]
+        out: dict[str, list[Hit]] = {"state_detach": [], "memory_growth": []}
+        for _pos, _o, kind, k in sorted(events):
+            if kind == "probe":
+                out["state_detach"].append(probe_hits[k])
+                self.detach_fired = True
+            elif kind == "trend" and not (self.trend_fired or self.mem_fired):
+                hit = self._trend(frame, ev_t, mp if has_mem else None, k)
+                if hit is not None:
+                    out["state_detach"].append(hit)
+                    self.trend_fired = self.detach_fired = True
+            elif kind == "graph" and ev_g is not None and not (self.trend_fired or self.mem_fired):
+                hit = self._graph(ev_g, k)
+                if hit is not None:
+                    out["state_detach"].append(hit)
+                    self.trend_fired = self.detach_fired = True
+            elif kind == "mem_ok":
+                self.mem_active = False
+            elif kind == "mem" and not self.mem_active:
+                hit, time_rising = self._memory(frame, ev_m, tp, k)
+                if hit is None:
+                    continue
+                self.mem_active = True
+                if self.detach_fired:
+                    continue  # the same growth, already diagnosed as state_detach
+                if time_rising and det.enabled and not self.trend_fired:
+                    out["state_detach"].append(hit)
+                    self.trend_fired = self.detach_fired = True
+                elif not time_rising:
+                    out["memory_growth"].append(hit)
+                    self.mem_fired = True
+        return out
+
+    def _probe(self, frame: Frame) -> list[Hit]:
+        det = self.det
+        pts = next((frame.metric(n) for n in det.probe_metrics if frame.metric(n) is not None), None)
+        pts = _finite(pts)
+        if not len(pts):
+            return []
+        hits = []
+        for i, kind in self.probe.scan(pts.steps, pts.values >= 0.5):
+            if kind not in (START, START_ESCALATED):
+                continue
+            step = int(pts.steps[i])
+            hits.append(make_hit(
+                "state_detach", pos=int(pts.pos[i]), severity=det.probe_severity, step=step,
+                time=float(pts.times[i]), metric=pts.name,
+                message=f"The trainer's probe says the hidden state entering step {step} is still "
+                        "attached to the previous step's graph: it is not detached.",
+                evidence={"probe": pts.name, "value": r6(float(pts.values[i]))},
+                causes=[(DETACH_CAUSES[0][0], 0.95), DETACH_CAUSES[1]], fixes=DETACH_FIXES))
+        return hits
+
+    def _graph_evals(self, frame: Frame) -> Evals | None:
+        pts = next((frame.metric(n) for n in self.det.graph_metrics
+                    if frame.metric(n) is not None), None)
+        if pts is None:
+            return None
+        return self.graph_track.push(_finite(pts)).evals(self.det.graph_window, 1, 0)
+
+    def _trend(self, frame: Frame, ev_t: Evals, ev_dm: Pushed | None, k: int) -> Hit | None:
+        det = self.det
+        _s, rho_t, g_t = ev_t.exact(k, det.time_min_rho if ev_dm is not None else det.time_only_rho)
+        e = int(ev_t.end[k])
+        span = int(ev_t.steps[e] - ev_t.steps[e - ev_t.window + 1])
+        evidence: dict[str, object] = {"window_points": ev_t.window, "steps": span,
+                                       "step_time_growth": r6(g_t), "step_time_rho": r6(rho_t)}
+        if ev_dm is not None:
+            if not (rho_t >= det.time_min_rho and g_t >= det.time_min_growth):
+                return None
+            _ms, rho_m, g_m, n_m = span_trend(ev_t, k, ev_dm, det.memory_min_rho)
+            if not (n_m >= 5 and rho_m >= det.memory_min_rho and g_m >= det.memory_min_growth):
+                return None
+            evidence.update({"memory_growth": r6(g_m), "memory_rho": r6(rho_m)})
+            message = (f"Step time and memory are rising together (+{pct(g_t)} and +{pct(g_m)} "
+                       f"over the last {span} steps): the recurrent state is probably not "
+                       "detached, so each backward pass runs through the whole history.")
+            causes = DETACH_CAUSES
+        else:
+            if not (rho_t >= det.time_only_rho and g_t >= det.time_only_growth):
+                return None
+            message = (f"Step time is rising steadily (+{pct(g_t)} over the last {span} steps, "
+                       f"Spearman {fmt(rho_t)}): each backward pass grows, as when the recurrent "
+                       "state is not detached between chunks.")
+            causes = [(DETACH_CAUSES[0][0], 0.6), DETACH_CAUSES[1],
+                      (("the work per step grows (longer sequences, a growing dataset or "
+                       "cache)"), 0.3)]
+        return make_hit("state_detach", pos=int(ev_t.pos[e]), severity=det.severity,
+                        step=int(ev_t.steps[e]), time=float(ev_t.times[e]),
+                        metric=frame.roles.get("step_time"), message=message, evidence=evidence,
+                        causes=causes, fixes=DETACH_FIXES)
+
+    def _graph(self, ev_g: Evals, k: int) -> Hit | None:
+        det = self.det
+        _s, rho, g = ev_g.exact(k, det.graph_min_rho)
+        if not (rho >= det.graph_min_rho and g >= det.graph_min_growth):
+            return None
+        e = int(ev_g.end[k])
+        first = float(ev_g.values[e - ev_g.window + 1])
+        last = float(ev_g.values[e])
+        return make_hit(
+            "state_detach", pos=int(ev_g.pos[e]), severity=det.severity, step=int(ev_g.steps[e]),
+            time=float(ev_g.times[e]), metric=None,
+            message=f"The autograd graph grows every step ({fmt(first)} -> {fmt(last)} over "
+                    f"{ev_g.window} points): the state is not detached, so the graph spans the "
+                    "whole history.",
+            evidence={"graph_first": r6(first), "graph_last": r6(last), "growth": r6(g),
+                      "rho": r6(rho), "window_points": ev_g.window},
+            causes=[(DETACH_CAUSES[0][0], 0.9), DETACH_CAUSES[1]], fixes=DETACH_FIXES)
+
+    def _memory(self, frame: Frame, ev_m: Evals, ev_tl: Pushed, k: int) -> tuple[Hit | None, bool]:
+        mem, det = self.mem, self.det
+        slope, rho, g = ev_m.exact(k, mem.min_rho)
+        if not (rho >= mem.min_rho and g >= mem.min_growth):
+            return None, False
+        _ts, rho_t, g_t, n_t = span_trend(ev_m, k, ev_tl, det.time_min_rho)
+        time_rising = bool(n_t >= 5 and rho_t >= det.time_min_rho and g_t >= det.time_min_growth)
+        e = int(ev_m.end[k])
+        x0 = float(ev_m.values[e - ev_m.window + 1])
+        span = int(ev_m.steps[e] - ev_m.steps[e - ev_m.window + 1])
+        evidence = {"growth": r6(g), "rho": r6(rho), "slope_per_step": r6(slope),
+                    "first": r6(x0), "last": r6(float(ev_m.values[e])), "steps": span,
+                    "step_time_growth": r6(g_t) if n_t >= 5 and math.isfinite(g_t) else None}
+        pos, step, time = int(ev_m.pos[e]), int(ev_m.steps[e]), float(ev_m.times[e])
+        metric = frame.roles.get("memory")
+        if time_rising:
+            return make_hit(
+                "state_detach", pos=pos, severity=det.severity, step=step, time=time,
+                metric=metric,
+                message=f"Memory and step time are rising together (+{pct(g)} and +{pct(g_t)} "
+                        f"over the last {span} steps): the recurrent state is probably not "
+                        "detached, so each backward pass runs through the whole history.",
+                evidence=evidence, causes=DETACH_CAUSES, fixes=DETACH_FIXES), True
+        return make_hit(
+            "memory_growth", pos=pos, severity=mem.severity, step=step, time=time, metric=metric,
+            message=f"Memory has grown steadily by {pct(g)} over the last {span} steps "
+                    f"({fmt(x0)} -> {fmt(float(ev_m.values[e]))}, +{fmt(slope * 1000)} per 1k "
+                    "steps) while the step time is flat.",
+            evidence=evidence,
+            causes=[(("a tensor kept with its graph across steps (e.g. total_loss += loss "
+                     "instead of loss.item())"), 0.7),
+                    ("a growing list of tensors kept on the device (outputs, predictions)", 0.5),
+                    ("a cache that grows (memoised tensors, recompilations for new shapes)", 0.3),
+                    ("allocator fragmentation from varying shapes", 0.2)],
+            fixes=["Accumulate metrics with loss.item() or loss.detach()",
+                   "Move kept outputs to the CPU (.cpu()) or keep only what you need",
+                   "Compare torch.cuda.memory_summary() at two steps to see what grows"]), False
+
+
+def _finite(pts: Points | None) -> Points:
+    return _EMPTY if pts is None or not len(pts) else pts.finite()
+
+
+class StateDetachRule(Rule):
+    id = "state_detach"
+
+    def __init__(self, cfg: DetachConfig, ctx: Context, analysis: GrowthAnalysis) -> None:
+        super().__init__(cfg, ctx)
+        self.analysis = analysis
+
+    def update(self, frame: Frame) -> list[Hit]:
+        hits = self.analysis.hits(frame, self.id)
+        log = self.ctx.log(self.id)
+        for h in hits:
+            log.add(h.pos, h.alert.step)
+        return hits
+
+    def rewind(self) -> None:
+        self.analysis.rewind()
+
+
+class MemoryGrowthRule(Rule):
+    id = "memory_growth"
+
+    def __init__(self, cfg: MemoryConfig, ctx: Context, analysis: GrowthAnalysis) -> None:
+        super().__init__(cfg, ctx)
+        self.analysis = analysis
+
+    def update(self, frame: Frame) -> list[Hit]:
+        return self.analysis.hits(frame, self.id)

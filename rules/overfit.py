@@ -1,0 +1,126 @@
+"""``overfit``: val_loss worse than its best for several evaluations while the train loss improves.
+
+The train loss is smoothed into block medians; at each evaluation the latest completed block (at
+or before that record) is the train level. The fix names the best evaluation, the step to
+early-stop at.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+from trainwatch.rules.base import Context, Frame, Hit, Points, Rule, fmt, pct, r6
+from trainwatch.rules.blocks import shared_blocks
+from trainwatch.rules.models import OverfitConfig
+from trainwatch.rules.stats import improving, noise_sd, small_median
+
+
+class OverfitRule(Rule):
+    id = "overfit"
+
+    def __init__(self, cfg: OverfitConfig, ctx: Context) -> None:
+        super().__init__(cfg, ctx)
+        self.rewind()
+
+    def rewind(self) -> None:
+        self.train_tol = self.cfg.train_min_delta
+        self.train_now: float | None = None
+        self.n = 0
+        self.vals: deque[float] = deque(maxlen=16)
+        self.best: float | None = None
+        self.best_step = 0
+        self.train_at_best: float | None = None
+        self.best_m: float | None = None
+        """Lowest median of 3 consecutive evaluations so far (a noise-robust best level)."""
+        self.worse = 0
+        self.fired = False
+        self.noise: float | None = 0.0
+        self.at_best: tuple[float, ...] = ()
+
+    def update(self, frame: Frame) -> list[Hit]:
+        b = shared_blocks(self.ctx, frame, "loss", self.cfg.train_window)
+        val = frame.role("val_loss")
+        if len(b):
+            # "not risen" allows for the noise of two window medians
+            self.train_tol = max(self.cfg.train_min_delta, 3.0 * 1.4142 * float(b.noise[-1]))
+        if val is None or not len(val):
+            if len(b):
+                self.train_now = float(b.med[-1])
+            return []
+        val = val.finite()
+        hits: list[Hit] = []
+        bpos = b.pos
+        for i, v in enumerate(val.values.tolist()):
+            pos, step = int(val.pos[i]), int(val.steps[i])
+            k = int(np.searchsorted(bpos, pos, side="right"))
+            if k:
+                self.train_now = float(b.med[k - 1])
+            hit = self._eval(frame, val, i, v, pos, step)
+            if hit is not None:
+                hits.append(hit)
+        if len(b):
+            self.train_now = float(b.med[-1])
+        return hits
+
+    def _eval(self, frame: Frame, val: Points, i: int, v: float, pos: int, step: int) -> Hit | None:
+        cfg: OverfitConfig = self.cfg
+        self.n += 1
+        self.vals.append(v)
+        m = small_median(list(self.vals)[-3:])
+        if self.best_m is None or m < self.best_m:
+            self.best_m = m
+        if self.best is None or v < self.best:
+            self.best, self.best_step, self.train_at_best = v, step, self.train_now
+            self.worse = 0
+            self.fired = False
+            # the evaluations' noise comes from the curve up to the best one (a rise after it
+            # must not inflate the very noise it is compared with); computed when needed
+            self.at_best = tuple(self.vals)[-8:]
+            self.noise = None
+            return None
+        self.worse += 1
+        t0, t1 = self.train_at_best, self.train_now
+        # the median of the last 3 must stand clear of the lowest such median so far by more
+        # than the evaluations' own noise (around their trend, so a steady rise does not count):
+        # the lowest of many noisy medians sits well below the true level
+        bm = self.best_m
+        if (
+            self.fired
+            or self.n < cfg.min_evals
+            or self.worse < cfg.evals
+            or m < bm + cfg.min_delta * abs(bm)
+            or t0 is None
+            or t1 is None
+            or t1 > t0 + self.train_tol * abs(t0)
+        ):
+            return None
+        if self.noise is None:
+            self.noise = noise_sd(self.at_best)
+        delta = max(cfg.min_delta, cfg.noise_factor * self.noise)
+        if m < bm + delta * abs(bm):
+            return None
+        # and a rise, not noise hovering above an old lucky best: the evaluations since the best
+        # trend up
+        since = [-x for x in list(self.vals)[-min(self.worse + 1, len(self.vals)):]]
+        if not improving(since, 0.35, 0.0):
+            return None
+        self.fired = True
+        self.ctx.log(self.id).add(pos, step)
+        best = self.best
+        rise = (v - best) / abs(best) if best else 0.0
+        message = (f"val_loss has been above its best for {self.worse} evaluations ({fmt(v)} "
+                   f"vs {fmt(best)} at step {self.best_step}) while the train loss does not rise "
+                   f"({fmt(t0)} -> {fmt(t1)}).")
+        evidence = {"val_loss": r6(v), "best_val_loss": r6(best), "best_step": self.best_step,
+                    "val_rise": r6(rise), "evaluations_since_best": self.worse,
+                    "train_at_best": r6(t0), "train_now": r6(t1), "min_rise": r6(delta)}
+        causes = [("the model is memorising the training set (overfitting)", 0.8),
+                  ("a train/val mismatch or a change in the val pipeline", 0.2)]
+        fixes = [(f"Early-stop at step {self.best_step} (val_loss {fmt(best)}): keep that "
+                 "checkpoint"),
+                 "Add regularisation (weight decay, dropout, augmentation) or more data",
+                 f"Train for fewer steps or with a lower LR (val rose {pct(rise)} since its best)"]
+        return self.alert(pos=pos, severity=cfg.severity, step=step, time=float(val.times[i]),
+                          metric=val.name, message=message, evidence=evidence, causes=causes,
+                          fixes=fixes)

@@ -1,0 +1,186 @@
+"""Spike rules: ``loss_spike``, ``grad_explosion`` and ``step_time_outlier``.
+
+All three run :class:`~trainwatch.rules.spike_detector.SpikeDetector` on one role; they differ in
+what a spike means and what to do about it. ``grad_explosion`` runs first on a frame and logs its
+anomalous points, so ``loss_spike`` can say whether the gradient norm spiked first.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from trainwatch.rules.base import Context, Frame, Hit, Points, Rule, fmt, r6
+from trainwatch.rules.episode import ESCALATE, START_ESCALATED
+from trainwatch.rules.models import SpikeConfig
+from trainwatch.rules.spike_detector import SpikeDetector, SpikeEvent
+
+from trainwatch.humanize import fmt_duration
+
+
+class SpikeRule(Rule):
+    role = ""
+
+    def __init__(self, cfg: SpikeConfig, ctx: Context) -> None:
+        super().__init__(cfg, ctx)
+        self.det = SpikeDetector(cfg)
+
+    def rewind(self) -> None:
+        self.det.rewind()
+
+    def update(self, frame: Frame) -> list[Hit]:
+        pts = frame.role(self.role)
+        if pts is None or not len(pts):
+            return []
+        f = pts.finite()
+        events, flagged = self.det.update(f.values, f.steps)
+        if flagged.shape[0]:
+            log = self.ctx.log(self.id)
+            for k in flagged.tolist():
+                log.add(int(f.pos[k]), int(f.steps[k]))
+        return [self._hit(f, ev) for ev in events]
+
+    def _severity(self, ev: SpikeEvent) -> str:
+        return "error" if ev.kind in (ESCALATE, START_ESCALATED) else self.cfg.severity
+
+    def _evidence(self, f: Points, ev: SpikeEvent) -> dict[str, object]:
+        ratio = ev.value / ev.median if ev.median and math.isfinite(ev.median) else math.nan
+        return {
+            "value": r6(ev.value),
+            "window_median": r6(ev.median),
+            "window_mad": r6(ev.mad),
+            "robust_z": r6(ev.z),
+            "ratio_to_median": r6(ratio),
+            "window_points": self.cfg.window,
+            "early_max": r6(ev.early_max),
+            "episode_points": ev.episode_points,
+        }
+
+    def _hit(self, f: Points, ev: SpikeEvent) -> Hit:
+        raise NotImplementedError
+
+
+def _why(ev: SpikeEvent, name: str, cfg: SpikeConfig) -> str:
+    if ev.kind == ESCALATE and not ev.severe:
+        return f"{name} has stayed high for {ev.episode_points} points"
+    if ev.severe:
+        return f"{name} is {fmt(ev.value / ev.early_max)}x its early maximum {fmt(ev.early_max)}"
+    return ""
+
+
+class LossSpikeRule(SpikeRule):
+    id = "loss_spike"
+    role = "loss"
+
+    def _hit(self, f: Points, ev: SpikeEvent) -> Hit:
+        i = ev.index
+        step, pos = int(f.steps[i]), int(f.pos[i])
+        cfg: SpikeConfig = self.cfg
+        ev_d = self._evidence(f, ev)
+        g = self.ctx.log("grad_explosion").any_between(step - cfg.lead_steps, step, pos)
+        ev_d["grad_spiked_first"] = g is not None
+        if g is not None:
+            ev_d["grad_spike_step"] = g
+        lead = self._lead(ev, step, f.name)
+        why = _why(ev, "the loss", cfg)
+        message = f"{lead}{'; ' + why if why else ''}."
+        causes = [
+            ("a bad or unusual batch (corrupt or mislabelled samples, an outlier sequence)", 0.5),
+            ("the learning rate is too high for this phase (peak LR or warm-up too short)", 0.4),
+            ("fp16 loss-scale instability", 0.15),
+        ]
+        if g is not None:
+            causes.append(((f"an unstable update: the gradient norm spiked first (step {g}); "
+                           "LR too high or no gradient clipping"), 0.7))
+        fixes = [
+            f"Log the sample ids of the batch at step {step} and inspect them",
+            "Clip gradients: torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)",
+            "Lower the peak learning rate or lengthen the warm-up",
+            ("Skip a batch whose loss is far above the running median (OLMo/PaLM-style spike "
+             "skipping), or rewind to a checkpoint before the spike"),
+        ]
+        if g is not None:  # an unstable update: clipping comes first
+            fixes.insert(0, fixes.pop(1))
+        if ev.kind in (ESCALATE, START_ESCALATED) and not ev.severe:
+            causes.append(("the run left its stable regime (not a one-off batch)", 0.6))
+        return self.alert(pos=pos, severity=self._severity(ev), step=step, time=float(f.times[i]),
+                          metric=f.name, message=message, evidence=ev_d, causes=causes,
+                          fixes=fixes)
+
+    @staticmethod
+    def _lead(ev: SpikeEvent, step: int, name: str) -> str:
+        if ev.kind == ESCALATE:
+            return f"The {name} spike persists at step {step}: {fmt(ev.value)} against a median of {fmt(ev.median)}"
+        return (f"The {name} spiked to {fmt(ev.value)} at step {step} "
+                f"({fmt(ev.value / ev.median) if ev.median else 'inf'}x the median {fmt(ev.median)}, "
+                f"robust z {fmt(ev.z)})")
+
+
+class GradExplosionRule(SpikeRule):
+    id = "grad_explosion"
+    role = "grad_norm"
+
+    def _hit(self, f: Points, ev: SpikeEvent) -> Hit:
+        i = ev.index
+        step, pos = int(f.steps[i]), int(f.pos[i])
+        cfg: SpikeConfig = self.cfg
+        if ev.kind == ESCALATE:
+            lead = f"The gradient norm is still exploding at step {step} ({fmt(ev.value)})"
+        elif math.isfinite(ev.median):
+            lead = (f"The gradient norm exploded to {fmt(ev.value)} at step {step} "
+                    f"({fmt(ev.value / ev.median) if ev.median else 'inf'}x the median "
+                    f"{fmt(ev.median)})")
+        else:
+            lead = f"The gradient norm exploded to {fmt(ev.value)} at step {step}"
+        why = _why(ev, "it", cfg)
+        lr = self.ctx.latest("lr", pos)
+        evidence = self._evidence(f, ev)
+        if lr is not None:
+            evidence["lr"] = r6(lr)
+        causes = [
+            ("the learning rate is too high (or warm-up too short)", 0.6),
+            ("no gradient clipping, or a clipping threshold that is too loose", 0.5),
+            ("a bad batch (extreme inputs, mislabelled samples)", 0.35),
+            ("numerical instability: fp16 overflow, exploding attention logits", 0.25),
+        ]
+        fixes = [
+            "Clip gradients: torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)",
+            "Lower the learning rate (2-10x) or lengthen the warm-up",
+            "Use bf16 instead of fp16, or QK-layernorm / z-loss for large transformers",
+            f"Inspect the batch at step {step}",
+        ]
+        return self.alert(pos=pos, severity=self._severity(ev), step=step, time=float(f.times[i]),
+                          metric=f.name, message=f"{lead}{'; ' + why if why else ''}.",
+                          evidence=evidence, causes=causes, fixes=fixes)
+
+
+class StepTimeOutlierRule(SpikeRule):
+    id = "step_time_outlier"
+    role = "step_time"
+
+    def _severity(self, ev: SpikeEvent) -> str:
+        return self.cfg.severity  # a slow step is never an error; sustained slowness is throughput_drop
+
+    def _hit(self, f: Points, ev: SpikeEvent) -> Hit:
+        i = ev.index
+        step, pos = int(f.steps[i]), int(f.pos[i])
+        dur = fmt_duration(ev.value) if ev.value < 1e5 else fmt(ev.value)
+        if ev.kind == ESCALATE:
+            message = (f"Steps keep running slow ({ev.episode_points} slow steps since the "
+                       f"episode began; step {step} took {dur}).")
+        else:
+            message = (f"Step {step} took {dur}, {fmt(ev.value / ev.median) if ev.median else 'inf'}x "
+                       f"the median {fmt_duration(ev.median) if np.isfinite(ev.median) else '-'}.")
+        causes = [
+            ("the data loader stalled (slow storage, too few workers)", 0.5),
+            ("a pause inside the step: garbage collection, a checkpoint or an eval", 0.4),
+            ("another process competing for the GPU or CPU", 0.3),
+        ]
+        fixes = [
+            "Raise DataLoader num_workers, set pin_memory=True and persistent_workers=True",
+            "Move checkpoint and eval work out of the timed step",
+            "Check nvidia-smi / top for other processes",
+        ]
+        return self.alert(pos=pos, severity=self._severity(ev), step=step, time=float(f.times[i]),
+                          metric=f.name, message=message, evidence=self._evidence(f, ev),
+                          causes=causes, fixes=fixes)

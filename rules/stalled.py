@@ -1,0 +1,106 @@
+"""``learning_stalled``: the loss is exactly constant (learning is off), or exactly 0 (a bug).
+
+An exactly repeated float is not noise: the parameters do not change (LR 0, frozen parameters,
+an optimizer holding other tensors, ``step()`` never called), or the logged value is stale.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from trainwatch.rules.base import Context, Frame, Hit, Points, Rule, fmt, r6
+from trainwatch.rules.models import StalledConfig
+
+
+def run_lengths(values: np.ndarray, prev: float | None, prev_len: int) -> np.ndarray:
+    """Length of the run of equal values ending at each point, continuing a carried run."""
+    n = values.shape[0]
+    if n == 0:
+        return np.empty(0, dtype=np.int64)
+    before = np.empty(n)
+    before[0] = np.nan if prev is None else prev
+    before[1:] = values[:-1]
+    new = values != before  # NaN never equals: a fresh stream starts a run
+    idx = np.arange(n)
+    last_new = np.maximum.accumulate(np.where(new, idx, -1))
+    return np.where(last_new < 0, prev_len + idx + 1, idx - last_new + 1)
+
+
+class LearningStalledRule(Rule):
+    id = "learning_stalled"
+
+    def __init__(self, cfg: StalledConfig, ctx: Context) -> None:
+        super().__init__(cfg, ctx)
+        self.rewind()
+
+    def rewind(self) -> None:
+        self.prev: float | None = None
+        self.prev_len = 0
+        self.start_step: int | None = None
+        """First step of the carried run."""
+
+    def update(self, frame: Frame) -> list[Hit]:
+        loss = frame.role("loss")
+        if loss is None or not len(loss):
+            return []
+        f = loss.finite()
+        if not len(f):
+            return []
+        cfg: StalledConfig = self.cfg
+        L = run_lengths(f.values, self.prev, self.prev_len)
+        carried = self.start_step
+        self.prev, self.prev_len = float(f.values[-1]), int(L[-1])
+        first = len(f) - int(L[-1])
+        self.start_step = int(f.steps[first]) if first >= 0 else carried
+        zero = f.values == 0.0
+        fire_zero = np.flatnonzero(zero & (L == cfg.zero_points))
+        fire_const = np.flatnonzero(~zero & (L == cfg.constant_points))
+        hits = [self._hit(f, int(i), L, True, carried) for i in fire_zero.tolist()]
+        hits += [self._hit(f, int(i), L, False, carried) for i in fire_const.tolist()]
+        return sorted(hits, key=lambda h: h.pos)
+
+    def _hit(self, f: Points, i: int, L: np.ndarray, zero: bool, carried: int | None) -> Hit:
+        cfg: StalledConfig = self.cfg
+        pos, step = int(f.pos[i]), int(f.steps[i])
+        n = int(L[i])
+        since = int(f.steps[i - n + 1]) if i - n + 1 >= 0 else carried
+        value = float(f.values[i])
+        evidence: dict[str, object] = {"value": r6(value), "points": n}
+        if since is not None:
+            evidence["since_step"] = since
+        when = f"since step {since}" if since is not None else f"for {n} points"
+        if zero:
+            message = f"The loss has been exactly 0 {when} ({n} points): a loss or data bug."
+            causes = [(("the loss is computed on an empty selection (everything masked, all "
+                       "targets = ignore_index)"), 0.5),
+                      ("labels leak into the inputs, so the task is trivial", 0.4),
+                      ("the loss is multiplied by 0 or clamped (a zero loss weight)", 0.4)]
+            fixes = ["Print one batch's inputs, targets and mask, and the loss terms",
+                     "Check the loss weights and the ignore_index / masking logic"]
+        else:
+            lr = self.ctx.latest("lr", pos)
+            g = self.ctx.latest("grad_norm", pos)
+            evidence.update({"lr": r6(lr) if lr is not None else None,
+                             "grad_norm": r6(g) if g is not None else None})
+            message = (f"The loss has been exactly {fmt(value)} {when} ({n} points): nothing is "
+                       f"learning.")
+            causes = [(("the logged value is stale (a variable logged outside the training "
+                       "loop)"), 0.3)]
+            if lr is not None and lr <= 0:
+                causes.append(("the learning rate is 0", 0.9))
+            if g is not None and g == 0:
+                causes.append((("no gradient reaches the parameters: they are frozen "
+                               "(requires_grad=False) or the loss is detached"), 0.8))
+            elif g is not None:
+                causes.append((("gradients exist but the parameters do not move: the optimizer "
+                               "holds other parameters than the model's, or step() is never "
+                               "called"), 0.7))
+            else:
+                causes.append((("the parameters do not move: LR 0, frozen parameters, or an "
+                               "optimizer not attached to the model"), 0.6))
+            fixes = [("Print optimizer.param_groups[0]['lr'] and "
+                     "sum(p.requires_grad for p in model.parameters())"),
+                     ("Check that the optimizer was built from model.parameters() after any "
+                     "model surgery, and that optimizer.step() runs every step")]
+        return self.alert(pos=pos, severity=cfg.severity, step=step, time=float(f.times[i]),
+                          metric=f.name, message=message, evidence=evidence, causes=causes,
+                          fixes=fixes)

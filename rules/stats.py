@@ -1,0 +1,222 @@
+"""Pure statistics the rules share: robust location/scale, trend tests, block medians.
+
+Every function here is a plain function of its arrays (no state), so each rule's maths can be
+tested against a direct reference. Medians are taken from *sorted* rows through
+:func:`median_sorted`, the one place that defines the even-length median, so that the streaming
+(vectorised) and the point-by-point paths of a rule compute bit-identical numbers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from functools import lru_cache
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+MAD_TO_SIGMA = 1.4826
+"""MAD of a normal sample times this estimates its standard deviation."""
+
+
+def windows(a: np.ndarray, width: int) -> np.ndarray:
+    """Read-only sliding windows of a 1-D array, ``(len - width + 1, width)``.
+
+    ``sliding_window_view`` costs ~7 us of Python checks per call, which adds up when a rule runs
+    on every small batch of a live stream; a contiguous array gets the same view for ~1 us.
+    """
+    n = a.shape[0] - width + 1
+    if n <= 0:
+        return np.empty((0, width), dtype=a.dtype)
+    if not a.flags.c_contiguous:
+        return sliding_window_view(a, width)
+    st = a.strides[0]
+    v = np.ndarray((n, width), dtype=a.dtype, buffer=a, strides=(st, st))
+    v.flags.writeable = False
+    return v
+
+
+def median_sorted(rows: np.ndarray) -> np.ndarray | float:
+    """Median of each row of an already sorted array (or of a sorted 1-D array)."""
+    n = rows.shape[-1]
+    lo = rows[..., (n - 1) // 2]
+    hi = rows[..., n // 2]
+    return (lo + hi) * 0.5
+
+
+def small_median(xs: Sequence[float]) -> float:
+    """Median of a short Python sequence (a few values): no numpy call overhead."""
+    v = sorted(xs)
+    n = len(v)
+    return (v[(n - 1) // 2] + v[n // 2]) * 0.5
+
+
+def median(x: np.ndarray) -> float:
+    """Median of a 1-D array (sorting it), consistent with :func:`median_sorted`."""
+    return float(median_sorted(np.sort(x)))
+
+
+def mad_sorted(sorted_window: np.ndarray, med: float) -> float:
+    """Median absolute deviation of a window around ``med``."""
+    return float(median_sorted(np.sort(np.abs(sorted_window - med))))
+
+
+def window_medians(a: np.ndarray, width: int, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted windows ``a[s:s+width]`` for each start, and their medians.
+
+    Sorting short rows is much cheaper than ``np.median`` on them (SIMD sorts), and the sorted rows
+    are kept so that a MAD can be taken later for the few windows that need one.
+    """
+    if starts.shape[0] == 0:
+        return np.empty((0, width)), np.empty(0)
+    rows = np.sort(windows(a, width)[starts], axis=1)
+    return rows, np.asarray(median_sorted(rows), dtype=np.float64)
+
+
+def block_medians(x: np.ndarray, k: int) -> np.ndarray:
+    """Median of each consecutive block of ``k`` values (``len(x)`` must be a multiple of k)."""
+    if x.shape[0] == 0:
+        return np.empty(0)
+    return np.asarray(median_sorted(np.sort(x.reshape(-1, k), axis=1)), dtype=np.float64)
+
+
+def rankdata(a: np.ndarray) -> np.ndarray:
+    """Ranks 1..n with ties given their average rank (as scipy's ``rankdata``)."""
+    n = a.shape[0]
+    order = np.argsort(a, kind="mergesort")
+    sa = a[order]
+    # each run of equal values shares the mean of the ranks it spans
+    new = np.empty(n, dtype=bool)
+    new[:1] = True
+    new[1:] = sa[1:] != sa[:-1]
+    starts = np.flatnonzero(new)
+    ends = np.append(starts[1:], n)
+    mean_rank = (starts + ends + 1) * 0.5
+    ranks = np.empty(n, dtype=np.float64)
+    ranks[order] = np.repeat(mean_rank, ends - starts)
+    return ranks
+
+
+def spearman(x: np.ndarray, y: np.ndarray) -> float:
+    """Spearman's rank correlation (Pearson on average ranks); 0 when either side is constant."""
+    if x.shape[0] < 3:
+        return 0.0
+    rx = rankdata(x) - (x.shape[0] + 1) * 0.5
+    ry = rankdata(y) - (y.shape[0] + 1) * 0.5
+    den = float(np.sqrt(np.dot(rx, rx) * np.dot(ry, ry)))
+    return float(np.dot(rx, ry) / den) if den > 0 else 0.0
+
+
+@lru_cache(maxsize=32)
+def _pairs(n: int) -> tuple[np.ndarray, np.ndarray]:
+    return np.triu_indices(n, 1)
+
+
+def theil_sen(x: np.ndarray, y: np.ndarray) -> float:
+    """Theil-Sen slope: the median of the slopes between all pairs with distinct ``x``.
+
+    O(n^2) in the window, which stays small (tens to a few hundred points): it is only evaluated
+    where a cheap pre-filter says a trend is possible. Robust to up to ~29 % outliers.
+    """
+    n = x.shape[0]
+    if n < 2:
+        return 0.0
+    i, j = _pairs(n)
+    dx = x[j] - x[i]
+    keep = dx != 0
+    if not keep.all():
+        if not keep.any():
+            return 0.0
+        i, j, dx = i[keep], j[keep], dx[keep]
+    return median((y[j] - y[i]) / dx)
+
+
+def trend(x: np.ndarray, y: np.ndarray, min_rho: float = -1.0) -> tuple[float, float, float]:
+    """(Theil-Sen slope, Spearman rho, relative growth over the window) of ``y`` against ``x``.
+
+    Relative growth is the slope times the window's x-span, over the window's median level.
+    When rho is below ``min_rho`` the (costlier) slope is not computed: (nan, rho, nan).
+    """
+    rho = spearman(x, y)
+    if rho < min_rho:
+        return math.nan, rho, math.nan
+    slope = theil_sen(x, y)
+    level = abs(median(y))
+    span = float(x[-1] - x[0]) if x.shape[0] else 0.0
+    growth = slope * span / level if level > 0 else (math.inf if slope > 0 else 0.0)
+    return slope, rho, float(growth)
+
+
+def improving(values: Sequence[float], min_tau: float, min_drop: float) -> bool:
+    """Whether a short series still trends down: Kendall's tau against time at or below
+    ``-min_tau`` and a Theil-Sen drop over its span of at least ``min_drop`` of its level.
+
+    A noisy loss that improves slowly never beats its (noise-lowered) best by a margin, yet it
+    is not on a plateau: its trend says so. Both statistics come from the same pairwise slopes.
+    """
+    n = len(values)
+    if n < 4:
+        return False
+    y = np.asarray(values, dtype=np.float64)
+    if n > 64:  # the pairwise statistics are O(n^2): a long series is thinned evenly
+        y = y[:: -(-n // 64)]
+        n = y.shape[0]
+    i, j = _pairs(n)
+    dy = y[j] - y[i]
+    tau = float(np.sign(dy).sum()) / dy.shape[0]
+    if tau > -min_tau:
+        return False
+    level = abs(float(median(y)))
+    drop = -median(dy / (j - i)) * (n - 1)
+    return level > 0 and drop >= min_drop * level
+
+
+@lru_cache(maxsize=64)
+def _quad_residual_maker(n: int) -> np.ndarray:
+    """I - H for a least-squares quadratic on n equally spaced points (H: the hat matrix)."""
+    x = np.linspace(-1.0, 1.0, n)
+    X = np.stack([np.ones(n), x, x * x], axis=1)
+    return np.eye(n) - X @ np.linalg.pinv(X)
+
+
+def noise_sd(values: Sequence[float]) -> float:
+    """Relative noise of a short smooth-ish series: 1.4826 x the MAD of its residuals from a
+    least-squares quadratic, over its median level (a trend, or the bend of a decaying loss
+    curve, does not count as noise). One small matrix product: cheap enough per evaluation."""
+    n = len(values)
+    if n < 6:
+        return 0.0
+    res = (_quad_residual_maker(n) @ np.asarray(values, dtype=np.float64)).tolist()
+    level = abs(small_median(values))
+    if level <= 0:
+        return 0.0
+    mid = small_median(res)
+    return MAD_TO_SIGMA * small_median([abs(r - mid) for r in res]) / level
+
+
+def sliding_max(prefix: np.ndarray, new: np.ndarray, width: int) -> np.ndarray:
+    """For each element of ``new``, the max over it and the ``width - 1`` values before it.
+
+    ``prefix`` holds the values that came before ``new`` (only its last ``width - 1`` matter);
+    missing history counts as 0 (this is used on non-negative quantities).
+    """
+    if new.shape[0] == 0:
+        return np.empty(0)
+    head = prefix[-(width - 1):] if width > 1 else prefix[:0]
+    pad = np.zeros(max(0, width - 1 - head.shape[0]))
+    seq = np.concatenate([pad, head, new])
+    return windows(seq, width).max(axis=1)
+
+
+def true_runs(cond: np.ndarray, carried: int) -> tuple[np.ndarray, np.ndarray]:
+    """(length of the run of True ending at each point (0 where False), run index per point).
+
+    The run index counts runs started in this array (0 = the carried one)."""
+    n = cond.shape[0]
+    idx = np.arange(n)
+    last_false = np.maximum.accumulate(np.where(~cond, idx, -1))
+    length = np.where(last_false < 0, carried + idx + 1, idx - last_false)
+    length = np.where(cond, length, 0)
+    prev = np.concatenate(([carried > 0], cond[:-1]))
+    starts = cond & ~prev
+    return length, np.cumsum(starts)

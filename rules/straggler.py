@@ -1,0 +1,178 @@
+"""``rank_straggler``: one rank's step time sustained at >= ``ratio`` x the median of the others.
+
+Ranks write separate streams that arrive in any interleaving. Live, points wait until every rank
+close to the leader has reported a step, then steps are compared in step order (a rank
+``max_lag_steps`` behind the leader stops holding the others back). In a backfill (``check``),
+whole rank files arrive one after the other, so nothing can be compared before the last one:
+points are kept and compared at :meth:`RankStraggler.finish`. At each step, a rank is compared
+with the median of the other ranks that reported it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from trainwatch.rules.base import Hit, make_hit, r6
+from trainwatch.rules.models import StragglerConfig
+
+from trainwatch.batch import RecordBatch
+from trainwatch.humanize import fmt_duration
+from trainwatch.roles import RoleTable
+
+
+class _RankState:
+    def __init__(self) -> None:
+        self.steps = np.empty(0, dtype=np.int64)
+        self.values = np.empty(0)
+        self.times = np.empty(0)
+        self.max_step = -1
+        self.run = 0
+        """Consecutive compared steps at or above the ratio."""
+        self.run_start = 0
+        self.active = False
+        self.quiet = 0
+
+
+class RankStraggler:
+    id = "rank_straggler"
+
+    def __init__(self, cfg: StragglerConfig, roles: RoleTable, *, live: bool = True) -> None:
+        self.cfg = cfg
+        self.roles = roles
+        self.live = live
+        self.ranks: dict[int, _RankState] = {}
+        self.inverted: bool | None = None
+        self.done_step = -1
+        """Steps at or below this have been compared."""
+
+    def reset(self) -> None:
+        self.ranks.clear()
+        self.done_step = -1
+
+    def _series(self, batch: RecordBatch) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        found = self.roles.resolve(batch.series)
+        name = found.get("step_time")
+        inverted = False
+        if name is None:
+            name, inverted = found.get("throughput"), True
+        if name is None:
+            return None
+        if self.inverted is None:
+            self.inverted = inverted
+        elif self.inverted != inverted:
+            return None
+        ch = batch.series[name]
+        v = ch.values
+        ok = np.isfinite(v) & (v > 0)
+        vals = 1.0 / v[ok] if inverted else v[ok]
+        return ch.steps[ok], vals, ch.times[ok]
+
+    def feed(self, rank: int, batch: RecordBatch) -> list[Hit]:
+        if batch.reset or batch.rewinds:
+            self.reset()  # a restarted rank: comparisons start over for everyone
+        st = self.ranks.setdefault(rank, _RankState())
+        got = self._series(batch)
+        if got is not None and got[0].shape[0]:
+            s, v, t = got
+            keep = s > self.done_step
+            st.steps = np.concatenate([st.steps, s[keep]])
+            st.values = np.concatenate([st.values, v[keep]])
+            st.times = np.concatenate([st.times, t[keep]])
+            st.max_step = max(st.max_step, int(s[-1]))
+        if not self.live:
+            return []  # compared at finish(), once every rank's file is in
+        live = [s.max_step for s in self.ranks.values() if s.max_step >= 0]
+        if len(live) < self.cfg.min_ranks:
+            return []
+        lead = max(live)
+        return self._compare(min(m for m in live if m >= lead - self.cfg.max_lag_steps))
+
+    def finish(self) -> list[Hit]:
+        """Compare whatever is left (in a backfill: everything)."""
+        live = [s.max_step for s in self.ranks.values() if s.max_step >= 0]
+        return self._compare(max(live)) if len(live) >= self.cfg.min_ranks else []
+
+    def _compare(self, limit: int) -> list[Hit]:
+        cfg = self.cfg
+        if limit <= self.done_step:
+            return []
+        ranks = sorted(r for r, st in self.ranks.items() if st.steps.shape[0])
+        hits: list[Hit] = []
+        if len(ranks) >= cfg.min_ranks:
+            steps = np.unique(np.concatenate([self.ranks[r].steps for r in ranks]))
+            steps = steps[steps <= limit]
+            mat = np.full((steps.shape[0], len(ranks)), np.nan)
+            tim = np.full_like(mat, np.nan)
+            for j, r in enumerate(ranks):
+                st = self.ranks[r]
+                idx = np.minimum(np.searchsorted(st.steps, steps), st.steps.shape[0] - 1)
+                have = st.steps[idx] == steps  # first occurrence of each step the rank has
+                mat[have, j] = st.values[idx[have]]
+                tim[have, j] = st.times[idx[have]]
+            present = ~np.isnan(mat)
+            for j, r in enumerate(ranks):
+                others = np.delete(mat, j, axis=1)
+                n_others = np.count_nonzero(~np.isnan(others), axis=1)
+                use = present[:, j] & (n_others >= cfg.min_ranks - 1)
+                if not use.any():
+                    continue
+                med = np.nanmedian(others[use], axis=1)
+                mine = mat[use, j]
+                hits.extend(self._episodes(r, self.ranks[r], steps[use], mine / med, mine, med,
+                                           tim[use, j], len(ranks)))
+        for st in self.ranks.values():
+            keep = st.steps > limit
+            st.steps, st.values, st.times = st.steps[keep], st.values[keep], st.times[keep]
+        self.done_step = limit
+        return sorted(hits, key=lambda h: (h.alert.step, h.alert.message))
+
+    def _episodes(self, rank: int, st: _RankState, steps: np.ndarray, ratio: np.ndarray,
+                  mine: np.ndarray, med: np.ndarray, times: np.ndarray, n_ranks: int) -> list[Hit]:
+        cfg = self.cfg
+        hits: list[Hit] = []
+        slow = ratio >= cfg.ratio
+        if not slow.any() and not st.active and st.run == 0:
+            return hits
+        for i, sl in enumerate(slow.tolist()):
+            if sl:
+                if st.run == 0:
+                    st.run_start = int(steps[i])
+                st.run += 1
+                st.quiet = 0
+                if st.run >= cfg.sustain and not st.active:
+                    st.active = True
+                    hits.append(self._hit(rank, st, int(steps[i]), float(times[i]),
+                                          float(ratio[i]), float(mine[i]), float(med[i]), n_ranks))
+            else:
+                st.run = 0
+                st.quiet += 1
+                if st.active and st.quiet >= cfg.rearm_points:
+                    st.active = False
+        return hits
+
+    def _hit(self, rank: int, st: _RankState, step: int, time: float, ratio: float, mine: float,
+             med: float, n_ranks: int) -> Hit:
+        cfg = self.cfg
+        if self.inverted:
+            what = f"its throughput is {1 / ratio:.2g}x the median of the other {n_ranks - 1} ranks"
+            mine_s, med_s = f"{1 / mine:.3g}/s", f"{1 / med:.3g}/s"
+        else:
+            what = f"its step time is {ratio:.2g}x the median of the other {n_ranks - 1} ranks"
+            mine_s, med_s = fmt_duration(mine), fmt_duration(med)
+        return make_hit(
+            self.id, pos=step, severity=cfg.severity, step=step, time=time,
+            metric="throughput" if self.inverted else "step_time",
+            message=f"Rank {rank} is a straggler: {what} ({mine_s} vs {med_s}) for {st.run} steps "
+                    f"since step {st.run_start}.",
+            evidence={"rank": rank, "ratio": r6(ratio), "rank_value": r6(mine),
+                      "others_median": r6(med), "ranks": n_ranks, "steps": st.run,
+                      "since_step": st.run_start},
+            causes=[(("a slower or throttled GPU (power or thermal limit), or one shared with "
+                     "another process"), 0.5),
+                    ("uneven work: this rank gets longer sequences or larger samples", 0.4),
+                    ("a slow host, network link or storage for this rank's node", 0.3),
+                    ("CPU contention from data-loader workers on that node", 0.3)],
+            fixes=[(f"On rank {rank}'s node: nvidia-smi -q -d PERFORMANCE,CLOCK (throttling) and "
+                   "check for other processes"),
+                   "Balance the work: bucket samples by length, drop_last=True",
+                   "Compare data-loading time across ranks"],
+        )

@@ -1,0 +1,131 @@
+"""``throughput_drop``: throughput sustained well below its recent level.
+
+Uses the throughput role, or the step time (inverted) when there is none. Block medians are
+compared with the median of the last ``ref_windows`` normal blocks; low blocks stay out of the
+reference, so a lasting drop is one episode. A drop that ``state_detach`` already explained
+(step time rising with the graph) is not reported twice.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+from trainwatch.rules.base import Context, Frame, Hit, Points, Rule, fmt, pct, r6
+from trainwatch.rules.blocks import Blocks, BlockStream
+from trainwatch.rules.models import ThroughputConfig
+from trainwatch.rules.stats import median_sorted, small_median, windows
+
+from trainwatch.humanize import fmt_duration
+
+
+class ThroughputDropRule(Rule):
+    fast = True
+    """Take runs of quiet blocks in one vectorised step (tests turn it off to compare)."""
+    id = "throughput_drop"
+
+    def __init__(self, cfg: ThroughputConfig, ctx: Context) -> None:
+        super().__init__(cfg, ctx)
+        self.blocks = BlockStream(cfg.window)
+        self.rewind()
+
+    def rewind(self) -> None:
+        self.blocks.reset()
+        self.ref: deque[float] = deque(maxlen=self.cfg.ref_windows)
+        self.nblk = 0
+        self.low = 0
+        self.active = False
+        self.since = 0
+
+    def update(self, frame: Frame) -> list[Hit]:
+        pts = frame.role("throughput")
+        inverted = False
+        if pts is None and frame.roles.get("throughput") is None:
+            pts = frame.role("step_time")
+            inverted = True
+        if pts is None or not len(pts):
+            return []
+        f = pts.finite()
+        if inverted:
+            ok = f.values > 0
+            f = f.take(ok) if not ok.all() else f
+            f = Points(f.name, f.steps, 1.0 / f.values, f.times, f.pos)
+        b = self.blocks.push(f)
+        if not len(b):
+            return []
+        cfg: ThroughputConfig = self.cfg
+        hits: list[Hit] = []
+        meds = b.med.tolist()
+        first = self._quiet_prefix(b.med)
+        for i in range(first, len(meds)):
+            med = meds[i]
+            self.nblk += 1
+            if self.nblk <= cfg.warmup_windows or not self.ref:
+                self.ref.append(med)
+                continue
+            ref = small_median(self.ref)
+            low = med <= (1.0 - cfg.drop) * ref
+            if not low:
+                self.ref.append(med)
+                self.low = 0
+                self.active = False
+                continue
+            self.low += 1
+            if self.low == 1:
+                self.since = int(b.step[i])
+            if self.active or self.low < cfg.for_windows:
+                continue
+            self.active = True
+            pos = int(b.pos[i])
+            if self.ctx.log("state_detach").last(pos) is not None:
+                continue  # explained: the graph grows every step
+            hits.append(self._hit(b, i, med, ref, inverted, pts.name))
+        return hits
+
+    def _quiet_prefix(self, med: np.ndarray) -> int:
+        """Take in one step the leading blocks that are normal (the common case): each block's
+        reference is the median of the previous ``ref_windows`` blocks when all of them were
+        normal. Returns how many blocks were taken; the rest go through the loop."""
+        if not self.fast:
+            return 0
+        cfg: ThroughputConfig = self.cfg
+        R = self.ref.maxlen or 0
+        if self.low or len(self.ref) < R or self.nblk < cfg.warmup_windows or not med.shape[0]:
+            return 0
+        seq = np.concatenate([np.asarray(self.ref, dtype=np.float64), med])
+        ref = median_sorted(np.sort(windows(seq, R)[: med.shape[0]], axis=1))
+        low = np.flatnonzero(med <= (1.0 - cfg.drop) * ref)
+        k = int(low[0]) if low.shape[0] else int(med.shape[0])
+        if k:
+            self.ref.extend(med[:k].tolist())
+            self.nblk += k
+            self.active = False
+        return k
+
+    def _hit(self, b: Blocks, i: int, med: float, ref: float, inverted: bool, name: str) -> Hit:
+        cfg: ThroughputConfig = self.cfg
+        pos, step = int(b.pos[i]), int(b.step[i])
+        drop = 1.0 - med / ref
+        if inverted:
+            message = (f"Steps take {fmt(ref / med)}x longer than before ({fmt_duration(1 / med)} "
+                       f"vs {fmt_duration(1 / ref)}) since step {self.since}.")
+            evidence = {"step_time": r6(1 / med), "reference_step_time": r6(1 / ref)}
+        else:
+            message = (f"Throughput dropped {pct(drop)} to {fmt(med)}/s (from {fmt(ref)}/s) "
+                       f"since step {self.since}.")
+            evidence = {"throughput": r6(med), "reference": r6(ref)}
+        evidence.update({"drop": r6(drop), "since_step": self.since, "window_points": cfg.window})
+        _s, mem = self.ctx.recent("memory", pos, 4 * cfg.window)
+        causes = [(("data loading became the bottleneck (slower storage, a new shard, too few "
+                   "workers)"), 0.5),
+                  ("thermal throttling, or another job sharing the GPU or node", 0.4),
+                  ("the batch composition changed (longer sequences, larger images)", 0.2)]
+        if mem.shape[0] >= 8 and float(np.median(mem[-4:])) > 1.1 * float(np.median(mem[:4])):
+            causes.append((("memory is growing too: allocator churn, swapping, or a retained "
+                           "graph"), 0.4))
+        fixes = ["Compare data time and compute time per step (profile one step)",
+                 "Check nvidia-smi for clocks, temperature and other processes",
+                 "Raise DataLoader num_workers / prefetch_factor"]
+        return self.alert(pos=pos, severity=cfg.severity, step=step, time=float(b.time[i]),
+                          metric=name, message=message, evidence=evidence, causes=causes,
+                          fixes=fixes)

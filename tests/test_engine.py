@@ -1,0 +1,177 @@
+"""The rule engine as a whole: live == backfill, ordering, mute, rewinds, resets, the API."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import trainwatch.rules as rules_pkg
+from test_rules_data import clean, idx, parse_all, parse_live, set_loss, to_jsonl
+from trainwatch.rules import RULE_IDS, Alert, RuleEngine, load_rules_config
+
+from trainwatch.formats.jsonl import JsonlParser
+
+CFG = load_rules_config()
+
+
+def _faulty(seed: int) -> bytes:
+    """A run with one of everything the main stream can show."""
+    run = clean(3500, ("exp", "cosine", "heavy", "step")[seed % 4], noise=0.03, seed=seed)
+    run["loss"][idx(run, 600)] *= 4.0  # spike
+    run["grad_norm"][idx(run, 900):idx(run, 903)] *= 300.0  # explosion
+    run["time"][idx(run, 1101):] += 400.0  # stall
+    run["step_time"][idx(run, 1300)] *= 8  # slow step
+    k = np.maximum(0, run["step"] - 1400)
+    run["memory"] = run["memory"] * (1 + 3e-4 * k)  # leak
+    set_loss(run, 1800, run["mean"][idx(run, 1800)])  # plateau
+    run["throughput"][idx(run, 2500):idx(run, 2700)] *= 0.5  # a slow patch
+    run["loss"][idx(run, 3300):] = np.nan  # and it dies
+    attached = (run["step"] >= 3400).astype(float)
+    return to_jsonl(run, extra={"probe/state_attached": attached}, end=False)
+
+
+def _feed(batches, live: bool = False) -> RuleEngine:
+    e = RuleEngine(CFG, live=live)
+    out: list[Alert] = []
+    for b in batches:
+        out += e.feed(b)
+    assert out == e.alerts  # feed returns exactly what it adds
+    return e
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_live_equals_backfill(seed: int) -> None:
+    data = _faulty(seed)
+    whole = _feed(parse_all(data)).alerts
+    rules = {a.rule for a in whole}
+    assert {"loss_spike", "grad_explosion", "stalled_stream", "step_time_outlier",
+            "memory_growth", "plateau", "nan_inf", "state_detach", "throughput_drop"} <= rules, rules
+    for chunking in range(2):
+        live = _feed(parse_live(data, seed=seed * 7 + chunking, max_lines=25), live=True).alerts
+        assert live == whole
+
+
+def test_point_by_point_equals_backfill() -> None:
+    run = clean(900, "heavy", noise=0.03, seed=11)
+    run["loss"][idx(run, 500)] *= 5.0
+    run["loss"][idx(run, 850):] = np.nan
+    data = to_jsonl(run)
+    whole = _feed(parse_all(data)).alerts
+    assert [a.rule for a in whole] == ["loss_spike", "nan_inf"]
+    assert _feed(parse_live(data, max_lines=1), live=True).alerts == whole
+
+
+def test_alerts_come_in_record_order_and_serialise() -> None:
+    alerts = _feed(parse_all(_faulty(0))).alerts
+    steps = [a.step for a in alerts if a.rule != "stalled_stream"]
+    assert steps == sorted(steps)
+    for a in alerts:
+        json.dumps(a.to_dict(), allow_nan=False)
+        assert a.message.endswith(".") and "\n" not in a.message
+        assert a.causes and a.fixes and a.rule in RULE_IDS
+        assert list(a.causes) == sorted(a.causes, key=lambda c: -c.confidence)
+
+
+def test_mute_and_unmute() -> None:
+    run = clean(3000, "exp", seed=3)
+    run["loss"][idx(run, 1000)] *= 4
+    run["loss"][idx(run, 2000)] *= 4
+    batches = parse_all(to_jsonl(run))
+    lines = to_jsonl(run).splitlines(keepends=True)
+    cut = next(i for i, ln in enumerate(lines) if b'"step":1500,' in ln)
+    p = JsonlParser("m", clock=lambda: 0.0)
+    e = RuleEngine(CFG)
+    e.mute("loss_spike")
+    assert e.feed(p.parse(b"".join(lines[:cut]), 1)) == []
+    e.unmute("loss_spike")
+    got = e.feed(p.parse(b"".join(lines[cut:]), cut + 1))
+    assert [(a.rule, a.step) for a in got] == [("loss_spike", 2000)]
+    with pytest.raises(ValueError, match="unknown rule id 'nope'"):
+        e.mute("nope")
+    assert len(batches) == 2
+
+
+def test_a_resumed_run_does_not_repeat_alerts_on_replayed_steps() -> None:
+    first = clean(1500, "exp", seed=4)
+    first["loss"][idx(first, 1200)] *= 4  # a data spike: it replays after the resume
+    second = clean(2000, "exp", seed=4)
+    second["loss"][idx(second, 1200)] *= 4
+    second["grad_norm"][idx(second, 1300):idx(second, 1303)] *= 500  # new in the replay
+    keep = second["step"] > 1000
+    for k in ("step", "time", "loss", "lr", "grad_norm", "step_time", "throughput", "memory"):
+        second[k] = second[k][keep]
+    second["time"] = second["time"] + 5000.0
+    data = to_jsonl(first, end=False) + to_jsonl(second, start=False)
+    alerts = _feed(parse_all(data)).alerts
+    assert [(a.rule, a.step) for a in alerts if a.rule in ("loss_spike", "grad_explosion")] == [
+        ("loss_spike", 1200), ("grad_explosion", 1300)]
+    live = _feed(parse_live(data, seed=5), live=True).alerts
+    assert live == alerts
+
+
+def test_a_reset_stream_does_not_repeat_alerts() -> None:
+    run = clean(2000, "exp", seed=6)
+    run["loss"][idx(run, 1000)] *= 4
+    data = to_jsonl(run)
+    p = JsonlParser("m", clock=lambda: 0.0)
+    e = RuleEngine(CFG)
+    first = e.feed(p.parse(data, 1))
+    assert [a.rule for a in first if a.severity != "info"] == ["loss_spike"]
+    assert e.feed(p.parse(data, 1, reset=True)) == []  # the file was replaced by itself
+    assert len(e.alerts) == len(first)
+
+
+def test_odd_batches() -> None:
+    p = JsonlParser("m", clock=lambda: 0.0)
+    e = RuleEngine(CFG)
+    assert e.feed(p.parse(b"")) == []
+    assert e.feed(p.parse(b'{"event":"run_start","time":1.0}\n')) == []
+    assert e.feed(p.parse(b'{"step":1,"time":2.0,"loss":"nan"}\n')) != []
+    assert e.feed(p.parse(b'not json\n{"step":2,"time":3.0,"acc":0.5}\n')) == []
+    assert e.finish(now=4.0) == []
+    assert e.feed_console([], 1) == []
+
+
+def test_public_api() -> None:
+    for name in ("RuleEngine", "load_rules_config", "RulesConfig", "ConfigError", "Alert",
+                 "RULE_IDS"):
+        assert hasattr(rules_pkg, name)
+    e = RuleEngine()
+    assert e.alerts == [] and e.live is True
+    assert set(RULE_IDS) <= set(e.rule_ids)
+
+
+def test_no_ui_or_torch_imports() -> None:
+    code = ("import sys, trainwatch.rules, trainwatch.rules.engine; "
+            "bad = [m for m in ('textual', 'rich', 'plotext', 'torch') if m in sys.modules]; "
+            "assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_fast_paths_match_the_plain_loops(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs of quiet blocks are taken in one vectorised step; the plain per-block loops are the
+    reference."""
+    from trainwatch.rules.divergence import DivergenceRule
+    from trainwatch.rules.plateau import PlateauRule
+    from trainwatch.rules.throughput import ThroughputDropRule
+    from trainwatch.rules.vanishing import GradVanishingRule
+
+    datas = [_faulty(s) for s in range(4)]
+    for seed in range(4):  # plus divergence, vanishing gradients and a long plateau
+        run = clean(4000, ("exp", "heavy")[seed % 2], noise=0.06, seed=20 + seed)
+        m = run["mean"][idx(run, 1500)]
+        set_loss(run, 1500, m)
+        k = np.arange(4000 - idx(run, 3000))
+        set_loss(run, 3000, m * 2 ** (k / 400))
+        run["grad_norm"][idx(run, 1500):idx(run, 2500)] *= 1e-4
+        datas.append(to_jsonl(run))
+    fast = [_feed(parse_live(d, seed=1, max_lines=400)).alerts for d in datas]
+    for cls in (ThroughputDropRule, DivergenceRule, PlateauRule, GradVanishingRule):
+        monkeypatch.setattr(cls, "fast", False)
+    slow = [_feed(parse_live(d, seed=1, max_lines=400)).alerts for d in datas]
+    assert fast == slow
+    rules = {a.rule for run in fast for a in run}
+    assert {"plateau", "divergence", "grad_vanishing", "throughput_drop"} <= rules

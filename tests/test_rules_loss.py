@@ -1,0 +1,199 @@
+"""Loss-side rules: nan_inf, learning_stalled, plateau, divergence, overfit, grad_vanishing,
+lr_exhausted. Each fires on its fault, stays quiet on clean runs, and rejects bad config."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_rules_data import SHAPES, clean, engine_alerts, idx, of, set_loss, to_jsonl
+from trainwatch.rules import ConfigError, load_rules_config
+
+LOSS_RULES = ("nan_inf", "learning_stalled", "plateau", "divergence", "overfit",
+              "grad_vanishing", "lr_exhausted")
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("noise", [0.01, 0.06])
+def test_quiet_on_clean_runs(shape: str, noise: float) -> None:
+    for seed in range(2):
+        alerts = engine_alerts(to_jsonl(clean(4000, shape, noise=noise, seed=seed)))
+        bad = [(a.rule, a.step, a.message) for a in alerts
+               if a.rule in LOSS_RULES and a.severity != "info"]
+        assert bad == [], (shape, noise, seed)
+
+
+@pytest.mark.parametrize(
+    ("rule", "key", "value"),
+    [("nan_inf", "lookback", 1), ("learning_stalled", "constant_points", 1),
+     ("plateau", "patience", 0), ("divergence", "rise", 0), ("overfit", "evals", 0),
+     ("grad_vanishing", "ratio", 1.5), ("lr_exhausted", "zero_fraction", 0)],
+)
+def test_config_errors(rule: str, key: str, value: float) -> None:
+    with pytest.raises(ConfigError, match=rf"^<overrides>: {rule}\.{key}: expected .*got {value}$"):
+        load_rules_config(overrides={rule: {key: value}})
+
+
+# --------------------------------------------------------------------------- nan_inf
+def test_nan_fires_at_once_with_no_warning_sign() -> None:
+    run = clean(2000, "exp", seed=1)
+    run["loss"][idx(run, 1500):] = np.nan
+    alerts = engine_alerts(to_jsonl(run))
+    assert of(alerts, "nan_inf") == [(1500, "error")]
+    a = next(a for a in alerts if a.rule == "nan_inf")
+    assert a.metric == "loss" and a.evidence["nonfinite"] == {"loss": "NaN"}
+    assert a.causes[0].cause.startswith("no warning sign")
+    assert a.message == "At step 1500 loss is NaN."
+
+
+def test_nan_after_grad_blowup_and_early_nan() -> None:
+    run = clean(2000, "exp", seed=2)
+    i = idx(run, 1500)
+    run["grad_norm"][i - 10:i] *= np.geomspace(3, 300, 10)
+    run["loss"][i:] = np.nan
+    run["grad_norm"][i:] = np.inf
+    a = next(a for a in engine_alerts(to_jsonl(run)) if a.rule == "nan_inf")
+    assert a.step == 1500 and a.severity == "error"
+    assert "gradient norm blew up" in a.causes[0].cause
+    assert a.evidence["nonfinite"] == {"loss": "NaN", "grad_norm": "inf"}
+    early = clean(2000, "exp", seed=3)
+    early["loss"][idx(early, 30):] = np.nan
+    a = next(a for a in engine_alerts(to_jsonl(early)) if a.rule == "nan_inf")
+    assert a.step == 30 and "first 100 steps" in a.causes[0].cause
+
+
+def test_grad_only_inf_is_a_warning_then_escalates() -> None:
+    run = clean(2000, "exp", seed=4)
+    run["grad_norm"][idx(run, 1000)] = np.inf  # an fp16 step GradScaler skips
+    run["grad_norm"][idx(run, 1600)] = np.inf
+    run["loss"][idx(run, 1601):] = np.nan
+    alerts = engine_alerts(to_jsonl(run))
+    assert of(alerts, "nan_inf") == [(1000, "warning"), (1600, "warning"), (1601, "error")]
+    assert "GradScaler" in next(a for a in alerts if a.rule == "nan_inf").causes[0].cause
+
+
+def test_val_nan_and_rearm() -> None:
+    run = clean(3000, "exp", seed=5)
+    run["val_loss"][run["val_step"] == 1000] = np.nan
+    run["loss"][idx(run, 2000):idx(run, 2003)] = np.nan
+    alerts = engine_alerts(to_jsonl(run))
+    assert of(alerts, "nan_inf") == [(1000, "error"), (2000, "error")]
+    assert "evaluation" in next(a for a in alerts if a.rule == "nan_inf").causes[0].cause
+
+
+# --------------------------------------------------------------------------- learning_stalled
+def test_constant_loss() -> None:
+    run = clean(2000, "exp", seed=6)
+    run["loss"][idx(run, 1000):] = run["loss"][idx(run, 1000)]
+    alerts = engine_alerts(to_jsonl(run))
+    assert of(alerts, "learning_stalled") == [(1049, "warning")]
+    a = next(a for a in alerts if a.rule == "learning_stalled")
+    assert a.evidence["since_step"] == 1000 and a.evidence["points"] == 50
+    assert "optimizer" in a.causes[0].cause  # gradients exist, the parameters do not move
+    run["lr"][:] = 0.0
+    a = next(a for a in engine_alerts(to_jsonl(run)) if a.rule == "learning_stalled")
+    assert a.causes[0].cause == "the learning rate is 0"
+
+
+def test_zero_loss() -> None:
+    run = clean(2000, "exp", seed=7)
+    run["loss"][idx(run, 1200):] = 0.0
+    alerts = engine_alerts(to_jsonl(run))
+    assert of(alerts, "learning_stalled") == [(1209, "warning")]
+    assert "exactly 0" in next(a for a in alerts if a.rule == "learning_stalled").message
+
+
+# --------------------------------------------------------------------------- plateau
+def test_plateau_at_constant_lr() -> None:
+    cfg = load_rules_config()
+    run = clean(4000, "exp", noise=0.03, seed=8)
+    set_loss(run, 1000, run["mean"][idx(run, 1000)])
+    alerts = engine_alerts(to_jsonl(run), cfg)
+    train = [a for a in alerts if a.rule == "plateau" and a.metric == "loss"]
+    assert [a.severity for a in train] == ["warning"]
+    # patience counts from the last improving window, which can come a window or two after the
+    # loss went flat
+    budget = cfg.plateau.patience * cfg.plateau.window
+    assert 1000 + budget * 0.9 <= train[0].step <= 1000 + budget * 1.25
+    assert "learning rate is too low" in train[0].causes[0].cause  # grad norm ~0.8: healthy
+
+
+def test_plateau_with_the_lr_at_its_floor_is_a_note() -> None:
+    run = clean(4000, "step", noise=0.03, seed=9)  # LR at 1 % of its peak from step 3000
+    set_loss(run, 2500, run["mean"][idx(run, 2500)])
+    alerts = engine_alerts(to_jsonl(run))
+    assert [s for _st, s in of(alerts, "plateau")] and all(
+        s == "info" for _st, s in of(alerts, "plateau"))
+
+
+# --------------------------------------------------------------------------- divergence
+def test_divergence() -> None:
+    run = clean(3000, "exp", noise=0.03, seed=10)
+    m = run["mean"][idx(run, 1500)]
+    k = np.arange(3000 - idx(run, 1500))
+    set_loss(run, 1500, m * 2 ** (k / 300))
+    found = of(engine_alerts(to_jsonl(run)), "divergence")
+    assert found[0][1] == "warning" and 1500 < found[0][0] <= 1700
+    assert found[1][1] == "error"  # 50 % above the best
+
+
+def test_divergence_cap() -> None:
+    run = clean(3000, "exp", noise=0.01, seed=11)
+    cfg = load_rules_config(overrides={"divergence": {"cap": 7.0}})  # the run starts at 6
+    set_loss(run, 2000, 8.0)
+    found = of(engine_alerts(to_jsonl(run), cfg), "divergence")
+    assert found and found[0][1] == "error" and 2000 < found[0][0] <= 2050
+
+
+# --------------------------------------------------------------------------- overfit
+def test_overfit_names_the_step_to_stop_at() -> None:
+    run = clean(3000, "exp", noise=0.03, seed=12, eval_every=100)
+    v = run["val_step"] >= 1500
+    k = np.arange(int(v.sum()))
+    run["val_loss"][v] = run["val_loss"][run["val_step"] == 1500][0] * (1 + 0.02 * k)
+    alerts = engine_alerts(to_jsonl(run))
+    assert of(alerts, "overfit") == [(1800, "warning")]  # three evaluations after the best
+    a = next(a for a in alerts if a.rule == "overfit")
+    assert a.fixes[0].startswith("Early-stop at step 1500 (val_loss ")
+    assert a.evidence["best_step"] == 1500
+    assert not [x for x in alerts if x.rule == "plateau" and x.metric == "val_loss"]
+
+
+# --------------------------------------------------------------------------- grad_vanishing
+def test_grad_vanishing() -> None:
+    run = clean(3000, "exp", noise=0.03, seed=13)
+    i = idx(run, 1500)
+    run["grad_norm"][i:] *= np.maximum(np.exp(-np.arange(3000 - i) / 20), 1e-6)
+    set_loss(run, 1500, run["mean"][i])
+    found = of(engine_alerts(to_jsonl(run)), "grad_vanishing")
+    assert len(found) == 1 and found[0][1] == "warning" and 1500 < found[0][0] <= 1900
+
+
+def test_small_grads_with_an_improving_loss_are_fine() -> None:
+    run = clean(3000, "exp", noise=0.01, seed=14)
+    run["grad_norm"][idx(run, 1500):] *= 1e-3  # tiny, but the loss still falls
+    assert of(engine_alerts(to_jsonl(run)), "grad_vanishing") == []
+
+
+# --------------------------------------------------------------------------- lr_exhausted
+def test_lr_zero_from_the_start() -> None:
+    run = clean(1000, "exp", seed=15)
+    run["lr"][:] = 0.0
+    alerts = engine_alerts(to_jsonl(run))
+    assert of(alerts, "lr_exhausted") == [(20, "warning")]
+    assert "since the start" in next(a for a in alerts if a.rule == "lr_exhausted").message
+
+
+def test_schedule_ends_early() -> None:
+    run = clean(3000, "exp", seed=16)
+    run["lr"] = 3e-4 * np.clip(1 - run["step"] / 1000, 0, 1)  # zero from step 1000 on
+    found = of(engine_alerts(to_jsonl(run)), "lr_exhausted")
+    assert found and found[0][1] == "warning" and 1000 <= found[0][0] <= 1200
+
+
+def test_lr_at_floor_while_the_loss_improves() -> None:
+    run = clean(3000, "exp", noise=0.01, seed=17)
+    run["lr"][idx(run, 800):] = 3e-6  # 1 % of the peak; the exp loss keeps falling anyway
+    alerts = engine_alerts(to_jsonl(run))
+    found = of(alerts, "lr_exhausted")
+    assert found and found[0][0] >= 800
+    assert "decayed too early" in next(a for a in alerts if a.rule == "lr_exhausted").message
