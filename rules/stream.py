@@ -31,8 +31,12 @@ class StalledStreamRule(Rule):
         self.last_pos = 0
         self.gaps = np.empty(0)
         self.finished = False
+        self.announced = False
+        """A start event was seen: this writer promises a ``run_end`` (framework logs never do)."""
         self.reported_for: float | None = None
         """Time of the last record before the silence already reported."""
+        self.watch_start: float | None = None
+        """``now`` of the first live tick: when someone started watching."""
 
     def rewind(self) -> None:
         self.last_time = None  # the gap before a resume is a restart
@@ -66,6 +70,7 @@ class StalledStreamRule(Rule):
                 elif ev.name in _STARTS:
                     code[row] = 0
                     starts[row] = True
+                    self.announced = True
             idx = np.arange(n)
             last = np.maximum.accumulate(np.where(code >= 0, idx, -1))
             after = np.where(last >= 0, code[np.maximum(last, 0)] == 1, self.finished)
@@ -105,9 +110,22 @@ class StalledStreamRule(Rule):
                           ended=False, at_end=at_end)]
 
     def tick(self, now: float) -> list[Hit]:
+        if self.watch_start is None:
+            self.watch_start = now
+        if self.last_time is not None and not self.announced:
+            # a log that was already silent when we started watching (yesterday's TensorBoard
+            # file) ended before us: the header shows it as idle; only a silence that begins
+            # while we watch, or a writer that promised a run_end, is a stall
+            lim, _med = self._limit(self.gaps)
+            if self.last_time + lim < self.watch_start:
+                return []
         return self._silence(now, at_end=False)
 
     def finish(self, now: float) -> list[Hit]:
+        # A missing run_end only means something from a writer that promised one: a TensorBoard
+        # or HF file that simply ended long ago is a finished run, not a stalled one.
+        if not self.announced:
+            return []
         return self._silence(now, at_end=True)
 
     def _hit(self, pos: int, step: int, last_time: float, silence: float, lim: float, med: float,

@@ -62,6 +62,24 @@ def test_finish_reports_an_old_file_without_run_end() -> None:
     assert of(engine_alerts(to_jsonl(run, end=False), now=last + 20), "stalled_stream") == []
 
 
+def test_finish_does_not_fault_a_log_that_never_promised_a_run_end() -> None:
+    # framework logs (TensorBoard, HF, text logs) and bare scripts write no run_start/run_end:
+    # a file that ended long ago is a finished run, not a stalled one
+    run = clean(1000, "exp", seed=2)
+    last = float(run["time"][-1])
+    bare = to_jsonl(run, start=False, end=False)
+    assert of(engine_alerts(bare, now=last + 3600), "stalled_stream") == []
+    # live, the same holds for a log that was already silent when watching began...
+    live = RuleEngine(load_rules_config(), live=True)
+    live.feed(JsonlParser("m", clock=lambda: 0.0).parse(bare))
+    assert live.tick(last + 3600) == [] and live.tick(last + 7200) == []
+    # ...but a silence that begins while we watch is a stall, announced or not
+    live2 = RuleEngine(load_rules_config(), live=True)
+    live2.feed(JsonlParser("m", clock=lambda: 0.0).parse(bare))
+    assert live2.tick(last + 1) == []
+    assert [a.rule for a in live2.tick(last + 3600)] == ["stalled_stream"]
+
+
 def test_live_tick_reports_a_silence_once() -> None:
     run = clean(1000, "exp", seed=3)
     run["time"][idx(run, 501):] += 300.0
