@@ -38,10 +38,6 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `python bench/detect.py`
 
-from trainwatch.rules import RuleEngine, load_rules_config
-from trainwatch.rules.alert import SEVERITY_RANK, Alert
-from trainwatch.rules.check import feed_run
-
 from bench.synthetic import (
     FAULT_RULES,
     SyntheticRun,
@@ -50,6 +46,9 @@ from bench.synthetic import (
     parse_chunks,
 )
 from trainwatch.load import LoadedRun
+from trainwatch.rules import RuleEngine, load_rules_config
+from trainwatch.rules.alert import SEVERITY_RANK, Alert
+from trainwatch.rules.check import feed_run
 
 RECALL_TARGET = 0.95
 FA_TARGET = 1.0

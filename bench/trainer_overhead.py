@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 import torch
+
 from trainwatch.trainer.config import CheckpointCfg, EvalCfg
 from trainwatch.trainer.configfile import load_config
 from trainwatch.trainer.loop import Trainer

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from trainwatch.rules.alert import Alert, Cause
 
 from trainwatch.batch import Event
 from trainwatch.humanize import fmt_num
+from trainwatch.rules.alert import Alert, Cause
 
 HISTORY = 256
 """Finite values of each role kept from earlier frames (for causes and evidence)."""

@@ -18,6 +18,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+
 from trainwatch.rules.base import Context, Frame, Points
 from trainwatch.rules.stats import MAD_TO_SIGMA, median_sorted, small_median, windows
 

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from trainwatch.rules.alert import SEVERITY_RANK, Alert
 
 from trainwatch.humanize import fmt_count, fmt_duration, fmt_num
+from trainwatch.rules.alert import SEVERITY_RANK, Alert
 
 if TYPE_CHECKING:
     from trainwatch.load import LoadedRun

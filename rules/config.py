@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from trainwatch.rules.models import RULE_IDS, RULE_MODELS, RuleBase
-from trainwatch.rules.schema import Bad, Check, ConfigError, build_model, validate_section
 
 from trainwatch.roles import DEFAULT_ROLES, ROLES, RoleTable
+from trainwatch.rules.models import RULE_IDS, RULE_MODELS, RuleBase
+from trainwatch.rules.schema import Bad, Check, ConfigError, build_model, validate_section
 
 PACKAGED_NAME = "rules.yaml"
 _ID = re.compile(r"^[a-z][a-z0-9_]{0,63}$")

@@ -11,6 +11,7 @@ import string
 from typing import Any
 
 import numpy as np
+
 from trainwatch.rules.base import Context, Frame, Hit, Rule, fmt, r6
 from trainwatch.rules.config import CustomRuleConfig
 from trainwatch.rules.stats import true_runs

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+
 from trainwatch.rules.base import Context, Frame, Hit, Rule, fmt, pct, r6
 from trainwatch.rules.blocks import Blocks, shared_blocks
 from trainwatch.rules.models import DivergenceConfig

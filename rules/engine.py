@@ -21,6 +21,8 @@ import time as _time
 from collections.abc import Sequence
 
 import numpy as np
+
+from trainwatch.batch import Event, RecordBatch
 from trainwatch.rules.alert import Alert
 from trainwatch.rules.base import Context, Frame, Hit, Points, Rule
 from trainwatch.rules.config import RulesConfig, load_rules_config
@@ -39,8 +41,6 @@ from trainwatch.rules.straggler import RankStraggler
 from trainwatch.rules.stream import StalledStreamRule
 from trainwatch.rules.throughput import ThroughputDropRule
 from trainwatch.rules.vanishing import GradVanishingRule
-
-from trainwatch.batch import Event, RecordBatch
 
 # Frame order: a rule that another one consults runs first (grad spikes before loss spikes
 # and NaNs, state_detach before memory_growth and throughput_drop, overfit before plateau).

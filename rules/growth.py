@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
 from trainwatch.rules.base import Points
 from trainwatch.rules.stats import median_sorted, trend, windows
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+
 from trainwatch.rules.base import Context, Frame, Hit, Points, Rule, fmt, make_hit, pct, r6
 from trainwatch.rules.episode import START, START_ESCALATED, Episode
 from trainwatch.rules.growth import Evals, Pushed, TrendTrack, span_growth, span_trend

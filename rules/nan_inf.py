@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+
 from trainwatch.rules.base import Context, Frame, Hit, Points, Rule, fmt, r6
 from trainwatch.rules.episode import ESCALATE, START_ESCALATED, Episode
 from trainwatch.rules.models import NanInfConfig

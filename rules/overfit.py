@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import deque
 
 import numpy as np
+
 from trainwatch.rules.base import Context, Frame, Hit, Points, Rule, fmt, pct, r6
 from trainwatch.rules.blocks import shared_blocks
 from trainwatch.rules.models import OverfitConfig

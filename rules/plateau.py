@@ -16,6 +16,7 @@ import math
 from collections import deque
 
 import numpy as np
+
 from trainwatch.rules.base import Context, Frame, Hit, Points, Rule, fmt, fmt3, pct, r6
 from trainwatch.rules.blocks import Blocks, shared_blocks
 from trainwatch.rules.models import PlateauConfig

@@ -16,6 +16,9 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from trainwatch.humanize import fmt_count, fmt_duration, fmt_num
+from trainwatch.roles import DEFAULT_ROLES
 from trainwatch.rules.alert import SEVERITY_RANK, Alert
 from trainwatch.rules.check import count_steps, describe_alert, run_check
 from trainwatch.rules.run_summary import (
@@ -37,9 +40,6 @@ from trainwatch.rules.verdict import (
     judge,
     tail_trend,
 )
-
-from trainwatch.humanize import fmt_count, fmt_duration, fmt_num
-from trainwatch.roles import DEFAULT_ROLES
 
 if TYPE_CHECKING:
     from trainwatch.load import LoadedRun

@@ -30,6 +30,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+
 from trainwatch.rules.episode import Episode
 from trainwatch.rules.models import SpikeConfig
 from trainwatch.rules.stats import (

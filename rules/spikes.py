@@ -10,12 +10,12 @@ from __future__ import annotations
 import math
 
 import numpy as np
+
+from trainwatch.humanize import fmt_duration
 from trainwatch.rules.base import Context, Frame, Hit, Points, Rule, fmt, r6
 from trainwatch.rules.episode import ESCALATE, START_ESCALATED
 from trainwatch.rules.models import SpikeConfig
 from trainwatch.rules.spike_detector import SpikeDetector, SpikeEvent
-
-from trainwatch.humanize import fmt_duration
 
 
 class SpikeRule(Rule):

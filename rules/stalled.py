@@ -7,6 +7,7 @@ an optimizer holding other tensors, ``step()`` never called), or the logged valu
 from __future__ import annotations
 
 import numpy as np
+
 from trainwatch.rules.base import Context, Frame, Hit, Points, Rule, fmt, r6
 from trainwatch.rules.models import StalledConfig
 

@@ -11,12 +11,12 @@ with the median of the other ranks that reported it.
 from __future__ import annotations
 
 import numpy as np
-from trainwatch.rules.base import Hit, make_hit, r6
-from trainwatch.rules.models import StragglerConfig
 
 from trainwatch.batch import RecordBatch
 from trainwatch.humanize import fmt_duration
 from trainwatch.roles import RoleTable
+from trainwatch.rules.base import Hit, make_hit, r6
+from trainwatch.rules.models import StragglerConfig
 
 
 class _RankState:

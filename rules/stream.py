@@ -12,11 +12,11 @@ from __future__ import annotations
 import math
 
 import numpy as np
+
+from trainwatch.humanize import fmt_duration
 from trainwatch.rules.base import Context, Frame, Hit, Rule
 from trainwatch.rules.models import StreamConfig
 from trainwatch.rules.stats import median
-
-from trainwatch.humanize import fmt_duration
 
 _STARTS = ("run_start", "resume")
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 from collections import deque
 
 import numpy as np
+
+from trainwatch.humanize import fmt_duration
 from trainwatch.rules.base import Context, Frame, Hit, Points, Rule, fmt, pct, r6
 from trainwatch.rules.blocks import Blocks, BlockStream
 from trainwatch.rules.models import ThroughputConfig
 from trainwatch.rules.stats import median_sorted, small_median, windows
-
-from trainwatch.humanize import fmt_duration
 
 
 class ThroughputDropRule(Rule):

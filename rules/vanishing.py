@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import deque
 
 import numpy as np
+
 from trainwatch.rules.base import Context, Frame, Hit, Rule, fmt, r6
 from trainwatch.rules.blocks import Blocks, shared_blocks
 from trainwatch.rules.models import VanishingConfig

@@ -8,10 +8,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
-from trainwatch.rules.alert import SEVERITY_RANK, Alert
-from trainwatch.rules.run_summary import moving_average
 
 from trainwatch.humanize import fmt_count, fmt_num
+from trainwatch.rules.alert import SEVERITY_RANK, Alert
+from trainwatch.rules.run_summary import moving_average
 
 UNSTABLE_RULES = ("nan_inf", "divergence", "grad_explosion", "loss_spike")
 STUCK_RULES = ("lr_exhausted", "plateau", "learning_stalled", "grad_vanishing")

@@ -9,6 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from trainwatch.formats.jsonl import JsonlParser
+from trainwatch.load import load_run
 from trainwatch.rules import load_rules_config
 from trainwatch.rules.alert import Alert, Cause
 from trainwatch.rules.check import (
@@ -20,9 +23,6 @@ from trainwatch.rules.check import (
     run_check,
     summarize,
 )
-
-from trainwatch.formats.jsonl import JsonlParser
-from trainwatch.load import load_run
 
 # bench/ is not a package of the project: make the repository root importable
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))

@@ -8,11 +8,11 @@ import sys
 
 import numpy as np
 import pytest
-import trainwatch.rules as rules_pkg
 from test_rules_data import clean, idx, parse_all, parse_live, set_loss, to_jsonl
-from trainwatch.rules import RULE_IDS, Alert, RuleEngine, load_rules_config
 
+import trainwatch.rules as rules_pkg
 from trainwatch.formats.jsonl import JsonlParser
+from trainwatch.rules import RULE_IDS, Alert, RuleEngine, load_rules_config
 
 CFG = load_rules_config()
 

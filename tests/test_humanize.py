@@ -30,7 +30,6 @@ from trainwatch.humanize import fmt_ago, fmt_count, fmt_duration, fmt_num
         (4e12, "4T"),
         (5e15, "5e15"),
         (0.00034, "3.4e-4"),
-        (3.4e-4, "3.4e-4"),
         (1e-12, "1e-12"),
         (0.001234, "0.00123"),
         (0.00099999, "0.001"),

@@ -10,6 +10,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+from trainwatch.formats.jsonl import JsonlParser
+from trainwatch.load import load_run
 from trainwatch.rules import load_rules_config
 from trainwatch.rules.alert import Alert, Cause
 from trainwatch.rules.report import (
@@ -25,9 +28,6 @@ from trainwatch.rules.report import (
     summarize_metric,
     tail_trend,
 )
-
-from trainwatch.formats.jsonl import JsonlParser
-from trainwatch.load import load_run
 
 # bench/ is not a package of the project: make the repository root importable
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))

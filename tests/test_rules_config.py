@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from trainwatch.rules import RULE_IDS, ConfigError, RuleEngine, load_rules_config
 from trainwatch.rules.models import RULE_MODELS
 

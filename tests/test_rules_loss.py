@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from test_rules_data import SHAPES, clean, engine_alerts, idx, of, set_loss, to_jsonl
+
 from trainwatch.rules import ConfigError, load_rules_config
 
 LOSS_RULES = ("nan_inf", "learning_stalled", "plateau", "divergence", "overfit",

@@ -8,6 +8,7 @@ import dataclasses
 import numpy as np
 import pytest
 from test_rules_data import SHAPES, clean, idx, parse_all, to_jsonl
+
 from trainwatch.rules import ConfigError, RuleEngine, load_rules_config
 from trainwatch.rules.spike_detector import SpikeDetector
 

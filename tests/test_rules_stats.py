@@ -6,6 +6,7 @@ import itertools
 
 import numpy as np
 import pytest
+
 from trainwatch.rules.base import Points
 from trainwatch.rules.blocks import BlockStream
 from trainwatch.rules.episode import ESCALATE, START, START_ESCALATED, Episode

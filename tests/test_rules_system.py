@@ -15,9 +15,9 @@ from test_rules_data import (
     parse_live,
     to_jsonl,
 )
-from trainwatch.rules import ConfigError, RuleEngine, load_rules_config
 
 from trainwatch.formats.jsonl import JsonlParser
+from trainwatch.rules import ConfigError, RuleEngine, load_rules_config
 
 SYSTEM_RULES = ("stalled_stream", "throughput_drop", "memory_growth", "state_detach",
                 "rank_straggler", "console_error")

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from trainwatch.trainer.supervise import (
     MARK,
     RUN_DIR_ENV,

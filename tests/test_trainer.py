@@ -10,10 +10,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from trainwatch.formats.jsonl import JsonlParser
 from trainwatch.trainer.__main__ import main
 from trainwatch.trainer.checkpoint import list_checkpoints
-
-from trainwatch.formats.jsonl import JsonlParser
 
 STEP_FIELDS = {"step", "time", "epoch", "loss", "lr", "grad_norm", "step_time", "throughput",
                "memory"}

@@ -9,6 +9,7 @@ import sys
 
 import pytest
 import yaml
+
 from trainwatch.trainer.config import FAULT_KINDS, ConfigError, FaultCfg, TrainCfg
 from trainwatch.trainer.configfile import (
     list_packaged,

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
 from trainwatch.trainer.config import (
     _CHOICES,
     TASK_SECTIONS,

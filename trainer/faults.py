@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 from torch import nn
+
 from trainwatch.trainer.config import FaultCfg, TrainCfg
 from trainwatch.trainer.tasks import Task
 

@@ -21,6 +21,9 @@ from typing import Any
 import torch
 import torch.distributed as tdist
 from torch import nn
+
+from trainwatch import RunWriter
+from trainwatch.probes import graph_size, state_attached
 from trainwatch.trainer import checkpoint
 from trainwatch.trainer.config import Config, ConfigError, TrainCfg
 from trainwatch.trainer.dist import DistInfo
@@ -30,9 +33,6 @@ from trainwatch.trainer.schedule import lr_at
 from trainwatch.trainer.steplog import StepLog
 from trainwatch.trainer.sysmem import RssReader
 from trainwatch.trainer.tasks import build_task
-
-from trainwatch import RunWriter
-from trainwatch.probes import graph_size, state_attached
 
 EXIT_OK = 0
 EXIT_CRASH = 1

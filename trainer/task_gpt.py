@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 from torch import nn
+
 from trainwatch.trainer.config import Config, GptData, GptModel
 from trainwatch.trainer.tasks import Task
 

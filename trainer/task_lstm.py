@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 from torch import nn
+
 from trainwatch.trainer.config import Config, LstmData, LstmModel
 from trainwatch.trainer.tasks import Task
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 from torch import nn
+
 from trainwatch.trainer.config import Config, MlpData, MlpModel
 from trainwatch.trainer.tasks import Task
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 from torch import nn
+
 from trainwatch.trainer.config import Config, ConfigError
 
 

@@ -1,0 +1,279 @@
+"""The TUI's pure parts (no app running): sanitiser, smoothing, sparklines, the braille renderer,
+the view state, run state, header layout, notifications and PATH discovery."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from rich.console import Console
+from textual.content import Content
+
+from trainwatch.tui.chart_render import (
+    NAN_MARK,
+    ChartSpec,
+    Mark,
+    Scale,
+    Trace,
+    as_text,
+    braille,
+    rasterise,
+    render,
+)
+from trainwatch.tui.header import HeaderInfo, header_text
+from trainwatch.tui.notify import notification_sequences
+from trainwatch.tui.run_model import RunModel, find_total
+from trainwatch.tui.run_state import run_state
+from trainwatch.tui.sanitize import clean, markup_safe, safe_text
+from trainwatch.tui.smoothing import debiased_ema
+from trainwatch.tui.sparkline import sparkline, trend
+from trainwatch.tui.target import RunSpec, discover
+from trainwatch.tui.view_state import ViewState
+
+EVIL = "\x1b[31mred\x1b[0m \x1b]0;pwned title\x07\x1b]52;c;ZXZpbA==\x07[bold]x[/bold]\x07\x08\u202eevil\r\n"
+
+
+# ---------------------------------------------------------------------- sanitiser
+def test_clean_strips_escape_sequences_and_controls():
+    out = clean(EVIL)
+    assert "\x1b" not in out and "\x07" not in out and "\x08" not in out
+    assert "\u202e" not in out and "\r" not in out and "\n" not in out
+    assert "pwned" not in out and "ZXZpbA" not in out  # OSC payloads go with their sequence
+    assert out.startswith("red ") and "[bold]x[/bold]" in out and out.endswith("evil⏎")
+
+
+@pytest.mark.parametrize("raw", ["\x9b31m8bit", "\x1bc reset", "tab\there", "\x1bP1$r\x1b\\dcs"])
+def test_clean_leaves_only_printable(raw):
+    out = clean(raw)
+    assert out.isprintable(), repr(out)
+
+
+def test_clean_keeps_plain_unicode_and_cuts_long_text():
+    assert clean("loss/train·ε") == "loss/train·ε"
+    assert clean("x" * 50, max_len=10) == "x" * 9 + "…"
+
+
+def test_markup_in_names_is_shown_literally():
+    name = "[bold red]loss[/] [link=http://x]y[/link]"
+    assert Content.from_markup(markup_safe(name)).plain == name
+    console = Console(width=80, record=True, file=io.StringIO())
+    console.print(safe_text(name))
+    assert name in console.export_text()
+
+
+# ---------------------------------------------------------------------- smoothing
+def tensorboard_reference(values: list[float], w: float) -> list[float]:
+    """TensorBoard's scalar smoothing, transcribed from its TypeScript."""
+    last, n, out = 0.0, 0, []
+    finite = [v for v in values if math.isfinite(v)]
+    if not finite or all(v == finite[0] for v in finite):
+        return list(values)
+    for v in values:
+        if not math.isfinite(v):
+            out.append(v)
+            continue
+        last = last * w + (1 - w) * v
+        n += 1
+        out.append(last / (1 - w**n))
+    return out
+
+
+@pytest.mark.parametrize("w", [0.6, 0.9, 0.99, 0.999])
+@pytest.mark.parametrize("n", [1, 7, 5000])
+def test_debiased_ema_matches_tensorboard(w, n):
+    rng = np.random.default_rng(n)
+    x = rng.normal(3, 1, n)
+    if n > 5:
+        x[n // 3] = np.nan
+        x[n // 2] = np.inf
+    got = debiased_ema(x, w)
+    ref = np.array(tensorboard_reference(x.tolist(), w))
+    assert np.allclose(got, ref, rtol=1e-9, atol=1e-9, equal_nan=True)
+    assert np.isnan(got[n // 3]) if n > 5 else True
+
+
+def test_smoothing_off_and_constant_series_pass_through():
+    x = np.array([1.0, 2.0, 3.0])
+    assert np.array_equal(debiased_ema(x, 0.0), x)
+    c = np.array([2.0, 2.0, np.nan, 2.0])
+    assert np.array_equal(debiased_ema(c, 0.9), c, equal_nan=True)
+
+
+# ---------------------------------------------------------------------- sparklines
+def test_sparkline_marks_nonfinite_buckets_and_scales():
+    v = np.arange(16, dtype=float)
+    assert sparkline(v, 8) == "▁▂▃▄▅▆▇█"
+    v[5] = np.nan
+    s = sparkline(v, 8)
+    assert s[2] == "×" and len(s) == 8
+    assert sparkline(np.array([1.0, 1.0]), 8) == "▄▄"
+    assert sparkline(np.array([np.nan]), 4) == "×"
+
+
+def test_trend_arrows():
+    assert trend(np.linspace(5, 1, 50)) == "↓"
+    assert trend(np.linspace(1, 5, 50)) == "↑"
+    assert trend(np.random.default_rng(0).normal(1, 0.01, 50)) == "→"
+
+
+# ---------------------------------------------------------------------- braille renderer
+def test_rasterise_joins_points_and_breaks_at_nan():
+    scale = Scale(0, 9, 0, 1)
+    xs = np.arange(10, dtype=float)
+    ys = np.full(10, 0.5)
+    ys[5] = np.nan
+    grid, bad = rasterise(xs, ys, ~np.isfinite(ys), scale, 20, 8)
+    assert bad.tolist() == [round(5 / 9 * 19)]
+    cols = np.flatnonzero(grid.any(axis=0))
+    gap = set(range(20)) - set(cols.tolist())
+    assert gap, "the NaN must leave a gap in the line"
+    assert all(c in gap for c in range(round(4 / 9 * 19) + 1, round(6 / 9 * 19)))
+    rows = np.flatnonzero(grid.any(axis=1))
+    assert len(rows) == 1  # a flat line sits in one pixel row
+
+
+def test_rasterise_steep_segment_fills_the_column_span():
+    scale = Scale(0, 1, 0, 1)
+    grid, _ = rasterise(np.array([0.0, 1.0]), np.array([0.0, 1.0]), np.zeros(2, bool), scale, 4, 16)
+    # every pixel row is touched: a steep line has no holes
+    assert grid.any(axis=1).all()
+
+
+def test_braille_dot_order():
+    grid = np.zeros((4, 2), bool)
+    grid[0, 0] = grid[3, 1] = True
+    assert braille(grid)[0, 0] == 0x01 | 0x80
+
+
+def test_render_draws_nan_and_alert_marks_and_labels():
+    xs = np.arange(100, dtype=float)
+    ys = np.linspace(2, 1, 100)
+    ys[70] = np.nan
+    spec = ChartSpec((Trace(xs, ys, "cyan"),), (Mark(30, "bold red"),))
+    rows = render(spec, 50, 10)
+    text = as_text(rows)
+    assert len(text) == 10 and all(len(r) == 50 for r in text)
+    assert NAN_MARK in text[-2]  # bottom row of the plot
+    assert "▼" in text[0]
+    assert text[-1].strip().startswith("└0") and text[-1].rstrip().endswith("99")
+    assert text[0].lstrip().startswith("2")
+    # a value never appears where the NaN is: the NaN is a gap, not a point at 0
+    assert any(style == "bold red" for row in rows for _t, style in row)
+
+
+def test_render_log_axis_and_robust_range():
+    xs = np.arange(200, dtype=float)
+    ys = np.full(200, 10.0)
+    ys[::2] = 1000.0
+    ys[50] = 1e9  # one outlier
+    log = as_text(render(ChartSpec((Trace(xs, ys, "g"),), log_y=True), 40, 8))
+    labels = [float(r.split("┤")[0]) for r in log[:-1] if "┤" in r]
+    assert labels[0] > 1e8 and labels[-1] < 20  # decades apart, evenly spaced in log space
+    ratios = np.diff(np.log10(labels))
+    assert np.allclose(ratios, ratios[0], rtol=0.2)
+    robust = render(ChartSpec((Trace(xs, ys, "g"),), robust=True), 40, 8)
+    top = as_text(robust)[0].split("┤")[0].strip()
+    assert float(top) < 2000  # the outlier no longer sets the range
+
+
+def test_render_empty_and_tiny():
+    assert "waiting for data" in "".join(as_text(render(ChartSpec(()), 40, 6)))
+    assert as_text(render(ChartSpec(()), 5, 2)) == ["     ", "     "]
+
+
+# ---------------------------------------------------------------------- view state
+def test_view_state_cycles_and_filter():
+    v = ViewState()
+    assert v.next_smoothing().smoothing == 0.6
+    assert v.next_smoothing(-1).smoothing == 0.99
+    assert v.next_x_mode().x_mode == "relative"
+    assert v.toggle_zoom().zoom == 1000 and v.toggle_zoom().toggle_zoom().zoom is None
+    assert v.scale_zoom(0.5).zoom == 500
+    assert v.toggle_log("loss", False).log_y("loss", False) is True
+    f = v.with_filter("grad|^lr$")
+    assert f.matches("grad_norm") and f.matches("LR") and not f.matches("loss")
+    bad = f.with_filter("(")
+    assert bad.filter_error and bad.matches("grad_norm") and not bad.matches("loss")
+    assert v.with_filter("").matches("anything")
+
+
+# ---------------------------------------------------------------------- run model and state
+def _model(tmp_path: Path, lines: list[dict]) -> RunModel:
+    from trainwatch.formats.jsonl import JsonlParser
+
+    spec = RunSpec("r", tmp_path, (tmp_path / "metrics.jsonl",), None)
+    m = RunModel(spec)
+    data = "".join(json.dumps(x) + "\n" for x in lines).encode()
+    m.apply_batch(JsonlParser("m").parse(data), main=True)
+    m.finish_loading()
+    return m
+
+
+def test_run_state_from_events_and_clock(tmp_path):
+    recs = [{"event": "run_start", "time": 100.0, "config": {"train": {"steps": 50}}}]
+    recs += [{"step": i, "time": 100.0 + i, "loss": 1.0} for i in range(1, 11)]
+    m = _model(tmp_path, recs)
+    assert m.total_steps == 50 and m.last_step == 10
+    assert run_state(m, now=112.0) == "running"
+    assert run_state(m, now=110.0 + 61) == "stalled"
+    assert m.rate() == pytest.approx(1.0)
+    m.end = {"status": "finished", "exit_code": 0}
+    assert run_state(m, now=1e6) == "finished"
+    m.end = {"status": "crashed", "exit_code": 1}
+    assert run_state(m, now=1e6) == "crashed"
+    empty = RunModel(RunSpec("e", tmp_path, (tmp_path / "x.jsonl",), None))
+    empty.finish_loading()
+    assert run_state(empty, now=0.0) == "waiting for file"
+
+
+def test_find_total():
+    assert find_total({"trainer": {"max_steps": 1000}}) == 1000
+    assert find_total({"lr": 0.1, "steps": True}) is None
+
+
+def test_header_drops_least_useful_parts_when_narrow():
+    info = HeaderInfo("exp", "running", 120, 1000, 3600.0, 600.0, "1.2k tok/s", 2.0, True,
+                      None, ())
+    wide = header_text(info, 200).plain
+    assert all(s in wide for s in ("exp", "running", "120", "ETA", "tok/s", "elapsed", "read-only"))
+    narrow = header_text(info, 60).plain
+    assert "running" in narrow and "120" in narrow and "elapsed" not in narrow
+    assert len(narrow) <= 60
+
+
+# ---------------------------------------------------------------------- notifications
+def test_notification_text_cannot_escape_the_sequence():
+    seq = notification_sequences("trainwatch", "loss\x07 \x1b]0;x\x07;nan", tmux=False)
+    payloads = re.findall(r"\x1b\](.*?)\x07", seq)
+    assert len(payloads) == 2 and payloads[0].startswith("9;") and payloads[1].startswith("777;notify;")
+    assert all("\x1b" not in p for p in payloads)
+    assert payloads[1].count(";") == 3  # 777;notify;title;body: the body adds none
+    wrapped = notification_sequences("t", "b", tmux=True)
+    assert wrapped.startswith("\x1bPtmux;\x1b\x1b]9;") and wrapped.endswith("\x1b\\")
+
+
+# ---------------------------------------------------------------------- discovery
+def _write_run(d: Path, n: int = 3) -> None:
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "metrics.jsonl").write_text("".join(json.dumps({"step": i, "loss": 1.0 / (i + 1)}) + "\n"
+                                             for i in range(n)))
+
+
+def test_discover_kinds(tmp_path):
+    _write_run(tmp_path / "sweep" / "a")
+    _write_run(tmp_path / "sweep" / "b")
+    assert discover(tmp_path / "sweep").kind == "sweep"
+    assert {r.run_id for r in discover(tmp_path / "sweep").runs} == {"a", "b"}
+    run = discover(tmp_path / "sweep" / "a")
+    assert run.kind == "run" and run.runs[0].main_file == tmp_path / "sweep" / "a" / "metrics.jsonl"
+    f = discover(tmp_path / "sweep" / "a" / "metrics.jsonl")
+    assert f.kind == "file" and f.runs[0].console is None
+    missing = discover(tmp_path / "later")
+    assert missing.kind == "waiting"
+    assert missing.runs[0].metric_files == (tmp_path / "later" / "metrics.jsonl",)
+    assert discover(tmp_path / "later.jsonl").runs[0].metric_files == (tmp_path / "later.jsonl",)

@@ -1,0 +1,436 @@
+"""The live TUI: ``trainwatch PATH``.
+
+:func:`make_app` is the one factory the CLI and the tests use. The app owns the run models (the
+stores) and everything drawn; one ingest thread (see :mod:`trainwatch.tui.ingest`) reads, parses
+and runs the rules, and posts immutable messages. Redraws are coalesced: a lone record is drawn
+at once (``max_fps`` at most), a stream at :data:`STREAM_FPS`; a flush redraws only what changed,
+and a chart repaints only the rows that changed. With nothing arriving, the only timer is the 1 s
+clock that ages "last record 3 s ago" and lets the rules notice a stall.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from textual import work
+from textual.app import App
+from textual.screen import Screen
+from textual.timer import Timer
+
+from trainwatch.tui import messages as m
+from trainwatch.tui.app_actions import ViewActions
+from trainwatch.tui.config import AppConfig, EngineFactory
+from trainwatch.tui.dashboard import Dashboard
+from trainwatch.tui.header import HeaderInfo, header_info
+from trainwatch.tui.ingest import IngestService
+from trainwatch.tui.keys import BINDINGS
+from trainwatch.tui.notify import notification_sequences
+from trainwatch.tui.run_control import RunControl
+from trainwatch.tui.run_model import AlertEntry, FileState, RunModel
+from trainwatch.tui.run_state import run_state
+from trainwatch.tui.runs_screen import RunsScreen
+from trainwatch.tui.target import WatchTarget, discover
+from trainwatch.tui.view_state import ViewState
+
+__all__ = ["AppConfig", "TrainwatchApp", "make_app"]
+
+RING_EVERY_S = 5.0
+"""At most one bell / desktop notification per this many seconds."""
+PROCESS_EVERY_S = 5.0
+STREAM_BATCHES = 5
+"""More live batches than this within a second is a stream. A writer flushing up to five times
+a second is not one: each of its records is drawn at once. The reader merges reads closer than
+0.1 s, so a stream arrives as about ten batches a second however fast it is written."""
+STREAM_FPS = 2.5
+"""Frames per second while data streams in (a frame costs ~10 ms of CPU at 120x40)."""
+
+
+@dataclass
+class _Dirty:
+    """What changed since the last flush."""
+
+    full: bool = False
+    changed: set[str] = field(default_factory=set)
+    alerts: bool = False
+    console: list[str] = field(default_factory=list)
+    reset_console: bool = False
+    drawn_steps: list[tuple[float, int | None]] = field(default_factory=list)
+
+
+class TrainwatchApp(ViewActions, RunControl, App[int]):
+    CSS_PATH = "app.tcss"
+    TITLE = "trainwatch"
+    BINDINGS = BINDINGS
+
+    def __init__(self, config: AppConfig, engine_factory: EngineFactory | None,
+                 target: WatchTarget | None = None) -> None:
+        super().__init__()
+        self.config = config
+        self.target = target
+        self.models: dict[str, RunModel] = {}
+        self.current: str | None = None
+        self.marked: set[str] = set()
+        self.view = ViewState()
+        self.muted: set[str] = set()
+        self.bell_on = config.bell
+        self.notify_on = config.notify
+        self.read_only = bool(config.read_only)
+        self.notices: dict[str, list[str]] = {}
+        self.bells = 0
+        """Bells rung for error alerts."""
+        self.sent_notifications: list[str] = []
+        """Desktop notification texts sent (tests read it; headless apps write nothing)."""
+        self.frames: list[tuple[float, int | None]] = []
+        """(monotonic time a frame reached the screen, newest step it showed): benches read it."""
+        self.first_frame = threading.Event()
+        """Set once data is on screen (the ingest thread waits for it before the backlog)."""
+        self.loaded = threading.Event()
+        """Set when every run's history is loaded (``--once`` waits for it)."""
+        self._engine_factory = engine_factory
+        self._ingest: IngestService | None = None
+        self._ingest_lock = threading.Lock()
+        self._closing = False
+        self._dirty = _Dirty(full=True)
+        self._flush_pending = False
+        self._flush_timer: Timer | None = None
+        self._last_flush = 0.0
+        self._streaming = False
+        """Data is arriving continuously (frames are rationed, latency matters less)."""
+        self._arrivals: deque[float] = deque(maxlen=16)
+        self._seq = 0
+        self._last_ring = float("-inf")
+        self._process: dict[str, Any] = {}
+        self._process_at = float("-inf")
+        self._rescan_at = time.monotonic()
+
+    # ------------------------------------------------------------------ lifecycle
+    def get_default_screen(self) -> Screen:
+        return Dashboard()
+
+    def on_mount(self) -> None:
+        self.theme = self.config.theme
+        self._start_ingest()
+        if not self.config.once:
+            self.set_interval(1.0, self._on_clock)
+
+    def on_unmount(self) -> None:
+        with self._ingest_lock:
+            self._closing = True
+            if self._ingest is not None:
+                self._ingest.stop()
+
+    @work(thread=True, exclusive=True, group="ingest", exit_on_error=False)
+    def _start_ingest(self) -> None:
+        """Find the runs, post the newest data of each, then start the ingest thread."""
+        target = self.target or discover(self.config.path)
+        self.target = target
+        self.post_message(m.TargetFound(target))
+        service = IngestService(
+            self.post_message, self._engine_factory,
+            poll_interval=self.config.poll_interval, tail_bytes=self.config.tail_bytes,
+            wake_source=self.config.wake_source,
+        )
+        with self._ingest_lock:
+            if self._closing:
+                return
+            self._ingest = service
+        for spec in target.runs:
+            service.add_run(spec, preview=not self.config.once)
+        if self.config.once:
+            service.read_all()
+            return
+        # let the newest data reach the screen before the backlog competes for the CPU
+        self.first_frame.wait(0.5)
+        with self._ingest_lock:
+            if not self._closing:
+                service.start()
+
+    @work(thread=True, exclusive=True, group="rescan", exit_on_error=False)
+    def _rescan(self) -> None:
+        """A folder of runs may gain runs, a missing directory may appear: look again."""
+        service, target = self._ingest, self.target
+        if service is None or target is None:
+            return
+        found = discover(self.config.path)
+        known = {r.run_id: r for r in target.runs}
+        new = tuple(r for r in found.runs if known.get(r.run_id) != r)
+        if not new:
+            return
+        self.target = WatchTarget(target.path, found.kind if found.kind != "waiting" else
+                                  target.kind, tuple({**known, **{r.run_id: r for r in new}}
+                                                     .values()), target.read_only)
+        self.post_message(m.RunsFound(new))  # before any of their data
+        for spec in new:
+            service.add_run(spec)
+
+    # ------------------------------------------------------------------ messages
+    def on_target_found(self, msg: m.TargetFound) -> None:
+        t = msg.target
+        self.read_only = t.read_only if self.config.read_only is None else self.config.read_only
+        for spec in t.runs:
+            self.models.setdefault(spec.run_id, RunModel(
+                spec, self.config.recent_points, console_lines=self.config.console_lines))
+        if self.current is None and t.runs:
+            self.current = t.runs[0].run_id
+        if t.kind == "sweep" and len(t.runs) > 1 and not self.config.once:
+            self.push_screen(RunsScreen())
+        self._mark(full=True)
+
+    def on_runs_found(self, msg: m.RunsFound) -> None:
+        for spec in msg.runs:
+            model = self.models.get(spec.run_id)
+            if model is None:
+                self.models[spec.run_id] = RunModel(
+                    spec, self.config.recent_points, console_lines=self.config.console_lines)
+            else:
+                model.spec = spec
+        current = self.current_model()
+        if msg.runs and (current is None or current.last_step is None):
+            self.current = msg.runs[0].run_id
+        self._mark(full=True)
+
+    def on_preview(self, msg: m.Preview) -> None:
+        model = self.models.get(msg.run_id)
+        if model is not None:
+            model.apply_preview(msg.batches)
+            self._mark(full=msg.run_id == self.current)
+
+    def on_batch_arrived(self, msg: m.BatchArrived) -> None:
+        model = self.models.get(msg.run_id)
+        if model is None:
+            return
+        changed = model.apply_batch(msg.batch, main=msg.main)
+        if not msg.history and msg.batch.n_records:
+            model.last_arrival = self.config.clock()
+            self._arrivals.append(time.monotonic())
+        self._add_alerts(model, msg.alerts, live=not msg.history)
+        if msg.run_id == self.current or msg.run_id in self.marked:
+            self._dirty.changed |= changed
+            if not msg.history:
+                self._dirty.drawn_steps.append((msg.read_at, model.last_step))
+        self._mark()
+
+    def on_console_lines(self, msg: m.ConsoleLines) -> None:
+        model = self.models.get(msg.run_id)
+        if model is None:
+            return
+        model.console.extend(msg.lines)
+        if msg.run_id == self.current:
+            self._dirty.console.extend(msg.lines)
+        self._add_alerts(model, msg.alerts, live=not msg.history)
+        self._mark()
+
+    def on_alerts_raised(self, msg: m.AlertsRaised) -> None:
+        model = self.models.get(msg.run_id)
+        if model is not None:
+            self._add_alerts(model, msg.alerts, live=True)
+            self._mark()
+
+    def on_history_loaded(self, msg: m.HistoryLoaded) -> None:
+        model = self.models.get(msg.run_id)
+        if model is None or model.loaded:
+            return
+        model.finish_loading()
+        if all(x.loaded for x in self.models.values()):
+            self.loaded.set()
+        self._mark(full=True)
+
+    def on_load_progress(self, msg: m.LoadProgress) -> None:
+        model = self.models.get(msg.run_id)
+        if model is not None and not model.loaded:
+            model.progress = msg.fraction
+            self._mark()
+
+    def on_source_status(self, msg: m.SourceStatus) -> None:
+        model = self.models.get(msg.run_id)
+        if model is None:
+            if msg.text:
+                self._notice("", msg.text)
+            return
+        model.files[msg.path] = FileState(msg.state, msg.text)
+        if msg.state == "reset" and model.spec.console and msg.path == str(model.spec.console):
+            model.console.clear()
+            self._dirty.reset_console = True
+        self._mark()
+
+    def on_ingest_failed(self, msg: m.IngestFailed) -> None:
+        self._notice(msg.run_id, msg.text)
+        self.notify(msg.text, severity="error", timeout=8)
+        self._mark()
+
+    # ------------------------------------------------------------------ alerts
+    def _add_alerts(self, model: RunModel, alerts: tuple, live: bool) -> None:
+        if not alerts:
+            return
+        new = model.add_alerts(alerts, live, self._seq)
+        self._seq += len(new)
+        self._dirty.alerts = True
+        self._ring([e for e in new if e.live])
+
+    def _ring(self, entries: list[AlertEntry]) -> None:
+        errors = [e for e in entries if e.alert.severity == "error" and e.alert.rule not in self.muted]
+        if not errors or not (self.bell_on or self.notify_on):
+            return
+        now = time.monotonic()
+        if now - self._last_ring < RING_EVERY_S:
+            return
+        self._last_ring = now
+        a = errors[-1].alert
+        text = f"{a.rule} at step {a.step}: {a.message}"
+        if self.bell_on:
+            self.bells += 1
+            self.bell()
+        if self.notify_on:
+            self.sent_notifications.append(text)
+            if not self.is_headless and self._driver is not None:
+                self._driver.write(notification_sequences(f"trainwatch {errors[-1].run_id}", text))
+
+    def visible_alerts(self) -> list[AlertEntry]:
+        runs = [self.current, *sorted(self.marked)] if self.current else []
+        out = [e for rid in dict.fromkeys(runs) if rid in self.models
+               for e in self.models[rid].alerts if e.alert.rule not in self.muted]
+        return sorted(out, key=lambda e: e.seq)
+
+    def mute(self, rule: str) -> None:
+        self.muted.add(rule)
+        if self._ingest is not None:
+            for rid in self.models:
+                self._ingest.mute(rid, rule)
+        self.notify(f"muted {rule} for this session", timeout=4)
+        self._mark(full=True)
+
+    # ------------------------------------------------------------------ drawing
+    def _mark(self, *, full: bool = False) -> None:
+        """Something changed: draw soon: at once (``max_fps`` at most), or while data streams
+        in (:data:`STREAM_BATCHES`) at :data:`STREAM_FPS`, so a fast writer costs a few frames
+        a second, not one per read."""
+        self._dirty.full |= full
+        if self._flush_pending:
+            return
+        self._flush_pending = True
+        now = time.monotonic()
+        recent = sum(1 for t in self._arrivals if now - t < 1.0)
+        self._streaming = recent > STREAM_BATCHES
+        fps = (min(self.config.max_fps, STREAM_FPS) if self._streaming and not full
+               else self.config.max_fps)
+        delay = self._last_flush + 1.0 / fps - now
+        if delay <= 0:
+            self.call_later(self._flush)  # after the messages already queued: they coalesce
+        else:
+            self._flush_timer = self.set_timer(delay, self._flush)
+
+    def _flush(self) -> None:
+        self._flush_pending = False
+        self._flush_timer = None
+        self._last_flush = time.monotonic()
+        dirty, self._dirty = self._dirty, _Dirty()
+        for screen in self._data_screens():
+            screen.refresh_data(full=dirty.full, changed=dirty.changed, alerts=dirty.alerts,
+                                console=dirty.console, reset_console=dirty.reset_console,
+                                streaming=self._streaming)
+        model = self.current_model()
+        has_data = model is not None and model.last_step is not None
+        step: int | None = None
+        record = bool(dirty.drawn_steps) or (has_data and not self.first_frame.is_set())
+        if record:
+            steps = [s for _t, s in dirty.drawn_steps] or [model.last_step if model else None]
+            step = max((s for s in steps if s is not None), default=None)
+        if record:
+            self.call_after_refresh(self._frame_drawn, step)
+
+    def _frame_drawn(self, step: int | None) -> None:
+        """After the frame reached the screen: note what it showed, and when."""
+        self.frames.append((time.monotonic(), step))
+        if len(self.frames) > 10_000:
+            del self.frames[:5000]
+        self.first_frame.set()
+
+    def _data_screens(self) -> Iterable[Any]:
+        """The top screen and, under a modal, the screen it covers."""
+        for screen in reversed(self.screen_stack):
+            if hasattr(screen, "refresh_data"):
+                yield screen
+                return
+
+    def settled(self) -> bool:
+        """History loaded and every change drawn: what ``--once`` and snapshots wait for."""
+        return (self.loaded.is_set() and not self._flush_pending
+                and all(getattr(s, "settled", lambda: True)() for s in self._data_screens()))
+
+    def current_model(self) -> RunModel | None:
+        return self.models.get(self.current) if self.current else None
+
+    def overlay_models(self) -> list[RunModel]:
+        return [self.models[r] for r in sorted(self.marked) if r in self.models and r != self.current]
+
+    def overlaying(self) -> bool:
+        return bool(self.overlay_models())
+
+    def state_of(self, run_id: str) -> str:
+        model = self.models[run_id]
+        return run_state(model, self.config.clock(), self._process.get(run_id))
+
+    def header_for(self, model: RunModel) -> HeaderInfo:
+        notes = [*self.notices.get(model.run_id, []), *self.notices.get("", [])]
+        notes += [f.text for f in model.files.values() if f.state in ("waiting", "error") and f.text]
+        if model.malformed:
+            notes.append(f"{model.malformed} malformed line{'s' if model.malformed > 1 else ''} skipped")
+        return header_info(model, self.state_of(model.run_id), self.config.clock(), self.read_only,
+                           tuple(notes[-3:]), 1 + len(self.overlay_models()))
+
+    def _notice(self, run_id: str, text: str) -> None:
+        notes = self.notices.setdefault(run_id, [])
+        if text not in notes:
+            notes.append(text)
+            del notes[:-5]
+
+    def _on_clock(self) -> None:
+        """Once a second: age the header, let the rules see the clock, re-read process state."""
+        now = self.config.clock()
+        if self._ingest is not None:
+            self._ingest.tick(now)
+            self._ingest.check_loaded()
+        if time.monotonic() - self._process_at > PROCESS_EVERY_S:
+            self._process_at = time.monotonic()
+            self._read_processes()
+        if time.monotonic() - self._rescan_at > self.config.rescan_interval:
+            self._rescan_at = time.monotonic()
+            if self.target is not None and self.target.kind in ("sweep", "waiting"):
+                self._rescan()
+        for screen in self._data_screens():
+            model = self.models.get(getattr(screen, "run_id", None) or self.current or "")
+            header = screen.query("#header")
+            if model is not None and header:
+                header.first().show(self.header_for(model))
+
+    def _read_processes(self) -> None:
+        model = self.current_model()
+        if model is None or not (model.spec.root / "process.json").is_file():
+            return
+        from trainwatch.trainer.supervise import read_process
+
+        try:
+            self._process[model.run_id] = read_process(model.spec.root)
+        except (OSError, ValueError):
+            pass
+
+
+
+def default_engine_factory(rules: Any) -> EngineFactory:
+    """Each run gets its own ``RuleEngine(rules, live=True)`` (the defaults when None)."""
+    from trainwatch.rules import RuleEngine, load_rules_config
+
+    cfg = rules if rules is not None else load_rules_config(None)
+    return partial(RuleEngine, cfg, live=True)
+
+
+def make_app(config: AppConfig) -> TrainwatchApp:
+    """The app for ``config``: the one factory used by the CLI and by the tests."""
+    factory = config.engine_factory or default_engine_factory(config.rules)
+    return TrainwatchApp(config, factory)
