@@ -3,7 +3,8 @@
 Generates 6-key, 30-key and 5 %-NaN files of N lines (default 1 M), then times:
   * baseline A: bare per-line ``orjson.loads`` (or msgspec if orjson is absent) over the same lines
   * baseline B: stdlib ``json.loads`` per line
-  * trainwatch: read in 4 MiB chunks of whole lines + ``JsonlParser.parse`` into columns
+  * trainwatch: ``read_file`` (what ``inspect``/``check`` do): 4 MiB chunks of whole lines,
+    parsed into columns by ``JsonlParser``
 Prints lines/s, MB/s, and trainwatch's rate as a ratio to each baseline (targets: >= 0.6x bare,
 >= 5x stdlib; >= 0.5x bare with 5 % NaN lines), plus peak RSS.
 
@@ -24,9 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from trainwatch.formats.jsonl import JsonlParser
-
-CHUNK = 4 << 20
+from trainwatch.formats.read import read_file
 
 
 def make_file(path: Path, n: int, keys: int, nan_frac: float, seed: int = 0) -> None:
@@ -69,26 +68,10 @@ def stdlib_parse(lines: list[bytes]) -> float:
 
 
 def trainwatch_load(path: Path) -> tuple[float, int]:
+    """The real full-load path of ``inspect``/``check``: 4 MiB chunks of whole lines, parsed."""
     t = time.perf_counter()
-    parser = JsonlParser(str(path))
-    records = 0
-    line_no = 1
-    with path.open("rb") as f:
-        rest = b""
-        while True:
-            block = f.read(CHUNK)
-            if not block:
-                break
-            data = rest + block
-            cut = data.rfind(b"\n") + 1
-            rest = data[cut:]
-            whole = data[:cut]
-            b = parser.parse(whole, line_no)
-            line_no += whole.count(b"\n")
-            records += b.n_records
-        if rest:
-            records += parser.parse(rest, line_no).n_records
-    return time.perf_counter() - t, records
+    batches = read_file(path)
+    return time.perf_counter() - t, sum(b.n_records for b in batches)
 
 
 def main() -> int:
