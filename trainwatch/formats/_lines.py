@@ -8,20 +8,13 @@ turns it into zero or more records for the :class:`~trainwatch.builder.BatchBuil
 
 from __future__ import annotations
 
-import json
 import time as _time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import msgspec
-
 from trainwatch.batch import RecordBatch
 from trainwatch.builder import BatchBuilder, StreamState
-
-MAX_LINE_BYTES = 1 << 20
-"""Lines longer than this are skipped and reported (a runaway print, not a metric record)."""
-
-_decoder = msgspec.json.Decoder()
+from trainwatch.formats._decode import SKIPPED, decode_or_report
 
 
 def split_lines(data: bytes) -> list[bytes]:
@@ -32,23 +25,6 @@ def split_lines(data: bytes) -> list[bytes]:
     if lines and not lines[-1]:
         lines.pop()
     return [ln[:-1] if ln.endswith(b"\r") else ln for ln in lines]
-
-
-def decode_json(line: bytes) -> Any:
-    """Decode one JSON value; bare NaN/Infinity (Python's ``json.dumps``) go through the stdlib.
-
-    Raises ``UnicodeDecodeError`` or ``ValueError`` for a line that is not JSON.
-    """
-    try:
-        return _decoder.decode(line)
-    except msgspec.DecodeError:
-        pass
-    return json.loads(line.decode("utf-8"))
-
-
-def short_error(e: BaseException) -> str:
-    msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-    return msg[:120]
 
 
 def rename_time(obj: dict[str, Any]) -> dict[str, Any]:
@@ -94,21 +70,8 @@ class JsonLinesReader:
             line_no = first_line + i
             if not line.strip():
                 continue
-            if len(line) > MAX_LINE_BYTES:
-                builder.add_malformed(
-                    line_no, f"line is {len(line):,} bytes (limit {MAX_LINE_BYTES:,}); skipped"
-                )
-                continue
-            try:
-                obj = decode_json(line)
-            except UnicodeDecodeError:
-                builder.add_malformed(line_no, "invalid UTF-8; line skipped")
-                continue
-            except ValueError as e:
-                builder.add_malformed(line_no, f"not valid JSON ({short_error(e)}); line skipped")
-                continue
-            except RecursionError:
-                builder.add_malformed(line_no, "JSON nested too deeply; line skipped")
+            obj = decode_or_report(line, line_no, builder)
+            if obj is SKIPPED:
                 continue
             if type(obj) is not dict:
                 builder.add_malformed(

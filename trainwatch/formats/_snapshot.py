@@ -10,9 +10,12 @@ format that cannot tell a torn write from a complete one treats as "half-written
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+import time as _time
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Literal
+
+from trainwatch.builder import StreamState
 
 Verdict = Literal["append", "reset", "partial"]
 
@@ -51,3 +54,20 @@ class SnapshotHistory:
     def commit(self, new: Sequence[Hashable]) -> None:
         """Remember ``new`` as everything returned so far."""
         self._seen = list(new)
+
+
+class SnapshotReaderBase:
+    """What every ``snapshot`` reader holds: the stream state and the history returned so far."""
+
+    kind = "snapshot"
+    format = ""
+
+    def __init__(self, source: str, *, clock: Callable[[], float] = _time.time) -> None:
+        self.source = source
+        self.clock = clock
+        self.state = StreamState()
+        self._history = SnapshotHistory()
+
+    def reset(self) -> None:
+        self.state.reset()
+        self._history.clear()

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from trainwatch.formats._csv import is_header, sniff_delimiter, split_row
-from trainwatch.formats._lines import decode_json
+from trainwatch.formats._decode import decode_json
 from trainwatch.formats.base import Reader
 from trainwatch.formats.detectron2 import Detectron2Reader
 from trainwatch.formats.hf_trainer import HfTrainerStateReader

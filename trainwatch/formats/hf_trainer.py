@@ -29,16 +29,14 @@ from __future__ import annotations
 
 import json
 import re
-import time as _time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
 from trainwatch.batch import RecordBatch
-from trainwatch.builder import BatchBuilder, StreamState
-from trainwatch.formats._snapshot import SnapshotHistory
+from trainwatch.builder import BatchBuilder
+from trainwatch.formats._snapshot import SnapshotReaderBase
 
 _CHECKPOINT_DIR = re.compile(r"checkpoint-(\d+)")
 _decoder = msgspec.json.Decoder()
@@ -53,21 +51,10 @@ def _decode(data: bytes) -> Any:
     return json.loads(data.decode("utf-8"))  # bare NaN/Infinity from json.dump
 
 
-class HfTrainerStateReader:
+class HfTrainerStateReader(SnapshotReaderBase):
     """Reads successive snapshots of one ``trainer_state.json``."""
 
-    kind = "snapshot"
     format = "hf_trainer"
-
-    def __init__(self, source: str, *, clock: Callable[[], float] = _time.time) -> None:
-        self.source = source
-        self.clock = clock
-        self.state = StreamState()
-        self._history = SnapshotHistory()
-
-    def reset(self) -> None:
-        self.state.reset()
-        self._history.clear()
 
     def parse_snapshot(self, data: bytes) -> RecordBatch | None:
         """Parse the whole file; None when it is half-written (empty or not valid JSON)."""

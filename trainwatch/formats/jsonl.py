@@ -21,23 +21,15 @@ import numpy as np
 
 from trainwatch.batch import RecordBatch
 from trainwatch.builder import BatchBuilder, StreamState
+from trainwatch.formats._decode import (
+    MAX_LINE_BYTES,
+    SKIPPED,
+    decode_json,
+    decode_or_report,
+    too_long,
+)
 
-MAX_LINE_BYTES = 1 << 20
-"""Lines longer than this are skipped and reported (a runaway print, not a metric record)."""
 MAX_FAST_FIELDS = 256
-_generic_decoder = msgspec.json.Decoder()
-
-
-def _decode_generic(line: bytes) -> Any:
-    """Decode one line; bare NaN/Infinity tokens (Python's json.dumps) go through the stdlib."""
-    try:
-        return _generic_decoder.decode(line)
-    except msgspec.DecodeError:
-        pass
-    text = line.decode("utf-8")  # raises UnicodeDecodeError: reported by the caller
-    return json.loads(text)  # accepts NaN, Infinity, -Infinity; raises ValueError otherwise
-
-
 class _FastSchema:
     """A msgspec Struct with one float field per known metric key; unknown keys are rejected."""
 
@@ -147,9 +139,7 @@ class JsonlParser:
             if not ln or ln.isspace():
                 continue
             if len(ln) > MAX_LINE_BYTES:
-                builder.add_malformed(
-                    first_line + i, f"line is {len(ln):,} bytes (limit {MAX_LINE_BYTES:,}); skipped"
-                )
+                builder.add_malformed(first_line + i, too_long(ln))
                 continue
             if self._schema is None or b"NaN" in ln or b"Infinity" in ln:
                 slow_idx.append(i)
@@ -246,25 +236,16 @@ class JsonlParser:
     def _parse_one(self, line: bytes, line_no: int, builder: BatchBuilder) -> None:
         if not line.strip():
             return
-        try:
-            rec = _decode_generic(line)
-        except UnicodeDecodeError:
-            builder.add_malformed(line_no, "invalid UTF-8; line skipped")
-            return
-        except ValueError as e:
-            builder.add_malformed(line_no, f"not valid JSON ({_short(e)}); line skipped")
-            return
-        except RecursionError:
-            builder.add_malformed(line_no, "JSON nested too deeply; line skipped")
-            return
-        builder.add_record(rec, line_no, line_no)
+        rec = decode_or_report(line, line_no, builder)
+        if rec is not SKIPPED:
+            builder.add_record(rec, line_no, line_no)
 
     def _learn_from_head(self, lines: list[bytes], probe: int = 16) -> None:
         """Learn the fast path's first schema from the first few plain records of the stream."""
         seen: set[str] = set()
         for ln in lines[:probe]:
             try:
-                rec = _decode_generic(ln)
+                rec = decode_json(ln)
             except (ValueError, RecursionError):
                 continue
             if type(rec) is dict and "event" not in rec:
@@ -306,8 +287,3 @@ def _token_line_spans(data: bytes) -> list[tuple[int, int]]:
             spans.add((s, e))
             i = data.find(tok, e)
     return sorted(spans)
-
-
-def _short(e: Exception) -> str:
-    msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-    return msg[:120]

@@ -21,30 +21,18 @@ What the logger does, and the choices made here:
 
 from __future__ import annotations
 
-import time as _time
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable
 
 from trainwatch.batch import RecordBatch
-from trainwatch.builder import BatchBuilder, StreamState
+from trainwatch.builder import BatchBuilder
 from trainwatch.formats._csv import is_header, row_record, sniff_delimiter, split_row, step_value
-from trainwatch.formats._snapshot import SnapshotHistory
+from trainwatch.formats._snapshot import SnapshotReaderBase
 
 
-class LightningCsvReader:
+class LightningCsvReader(SnapshotReaderBase):
     """Reads successive snapshots of one Lightning ``metrics.csv``."""
 
-    kind = "snapshot"
     format = "lightning_csv"
-
-    def __init__(self, source: str, *, clock: Callable[[], float] = _time.time) -> None:
-        self.source = source
-        self.clock = clock
-        self.state = StreamState()
-        self._history = SnapshotHistory()
-
-    def reset(self) -> None:
-        self.state.reset()
-        self._history.clear()
 
     def parse_snapshot(self, data: bytes) -> RecordBatch | None:
         """Parse the whole file; None when it is half-written (nothing complete, or torn)."""
