@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 import pytest
+from textual.content import Content
 
 from trainwatch.tui.alert_detail import AlertDetailScreen
 from trainwatch.tui.alerts_pane import AlertsPane
@@ -18,6 +19,7 @@ from trainwatch.tui.app import AppConfig, TrainwatchApp, make_app
 from trainwatch.tui.chart import ChartPanel
 from trainwatch.tui.chart_screen import ChartScreen
 from trainwatch.tui.console_pane import ConsolePane
+from trainwatch.tui.header import HeaderBar
 from trainwatch.tui.help_screen import HelpScreen
 from trainwatch.tui.metrics_table import MetricsTable
 from trainwatch.tui.once import render_once, screen_text
@@ -100,6 +102,14 @@ async def test_view_keys_change_the_charts(tmp_path):
     app, _ = app_for(tmp_path / "run")
     async with app.run_test(size=SIZE) as pilot:
         await loaded(pilot, app)
+        # the history is read, but the chart may still be drawn from the tail-first preview
+        await wait_for(
+            pilot,
+            lambda: chart_for(app, "loss").spec is not None
+            and chart_for(app, "loss").spec.traces[0].xs[0] <= 1
+            and chart_for(app, "loss").spec.traces[0].xs[-1] == 3000,
+            what="the whole history drawn",
+        )
         loss = chart_for(app, "loss")
         assert chart_for(app, "grad_norm").spec.log_y and not loss.spec.log_y
         await pilot.press("y")  # the focused chart is the loss chart
@@ -332,3 +342,53 @@ async def test_stop_and_restart_a_supervised_run(tmp_path):
                            what="the run to start again")
     finally:
         stop_run(run, grace=2.0)
+
+
+async def test_an_old_run_stays_idle_once_its_history_is_loaded(tmp_path):
+    """Records written long ago, nothing new: idle before and after the history loads, "last"
+    from the newest record's own time, elapsed from the first record to the last."""
+    path = tmp_path / "run" / "metrics.jsonl"
+    path.parent.mkdir()
+    path.write_text(lines(record(s, loss=1.0 / s, lr=1e-3) for s in range(1, 20_001)))
+    app, engines = app_for(tmp_path / "run", tail_bytes=4096)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot, app)
+        ticks = engines[0].ticks
+        await wait_for(pilot, lambda: engines[0].ticks >= ticks + 2, what="two clock ticks")
+        header = app.screen.query_one(HeaderBar)
+        header.show(app.header_for(app.current_model()))
+        assert app.state_of(app.current) == "idle" and app.current_model().last_arrival is None
+        assert " idle " in header.text and "d ago" in header.text and "running" not in header.text
+        assert app.header_for(app.current_model()).elapsed == pytest.approx(19_999 * 0.1)
+        assert "console.log" not in header.text  # an optional file that is missing is no news
+
+
+async def test_console_pane_appears_with_the_first_console_line(tmp_path):
+    path = write_run(tmp_path / "run", range(1, 50))
+    app, _ = app_for(tmp_path / "run")
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot, app)
+        pane = app.screen.query_one(ConsolePane)
+        assert not pane.display and "waiting" not in screen_text(app)
+        (tmp_path / "run" / "console.log").write_text("epoch 1 starting\n")
+        append(path, lines([train_record(50)]))
+        await wait_for(pilot, lambda: pane.display and "epoch 1 starting" in screen_text(app),
+                       what="the console pane with its first line")
+
+
+async def test_chart_titles_keep_the_value_of_a_long_marked_up_name(tmp_path):
+    name = "[bold]x_very_long_metric_name/with/slashes/and[red]markup[/red]"
+    path = tmp_path / "run" / "metrics.jsonl"
+    path.parent.mkdir()
+    path.write_text(lines(record(s, **{name: 0.25 * s, "loss": 1.0}) for s in range(1, 40)))
+    app, _ = app_for(tmp_path / "run")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await loaded(pilot, app)
+        await pilot.press("slash", *"markup", "enter")
+        await wait_for(pilot, lambda: [c.key for c in charts(app) if c.spec] == [f"series:{name}"])
+        chart = chart_for(app, f"series:{name}")
+        await wait_for(pilot, lambda: "9.75" in screen_text(app).splitlines()[1],
+                       what="the last value in the chart's title")
+        title = Content.from_markup(str(chart.border_title)).plain
+        assert title.startswith("━ [bold]x") and title.endswith(" 9.75") and "…" in title
+        assert len(title) <= chart.outer_size.width - 6  # fits inside the border: nothing cut

@@ -219,6 +219,8 @@ def test_run_state_from_events_and_clock(tmp_path):
     recs += [{"step": i, "time": 100.0 + i, "loss": 1.0} for i in range(1, 11)]
     m = _model(tmp_path, recs)
     assert m.total_steps == 50 and m.last_step == 10
+    assert run_state(m, now=112.0) == "idle"  # all of it was there when we opened the file
+    m.last_arrival = 110.0  # ...until a record arrives while we watch
     assert run_state(m, now=112.0) == "running"
     assert run_state(m, now=110.0 + 61) == "stalled"
     assert m.rate() == pytest.approx(1.0)
@@ -277,3 +279,304 @@ def test_discover_kinds(tmp_path):
     assert missing.kind == "waiting"
     assert missing.runs[0].metric_files == (tmp_path / "later" / "metrics.jsonl",)
     assert discover(tmp_path / "later.jsonl").runs[0].metric_files == (tmp_path / "later.jsonl",)
+
+
+# ---------------------------------------------------------------------- state, header semantics
+def test_state_and_header_of_an_old_file_opened_now(tmp_path):
+    """An old run with no end recorded: idle, "last" from its own timestamps, elapsed from its
+    first record to its last: whatever the clock says, never running (nothing arrived)."""
+    from trainwatch.tui.header import header_info
+
+    recs = [{"step": i, "time": 1.7e9 + 10.0 * i, "loss": 1.0} for i in range(1, 101)]
+    m = _model(tmp_path, recs)
+    for now in (1.7e9 + 1000.0 + 5.0, 1.7e9 + 1000.0 + 95e6):
+        state = run_state(m, now=now)
+        assert state == "idle"
+        info = header_info(m, state, now, read_only=False)
+        assert info.age == pytest.approx(now - (1.7e9 + 1000.0))
+        assert info.elapsed == pytest.approx(990.0) and info.eta is None
+    assert run_state(m, now=1.7e9 + 1000.0) == "idle"  # even when the timestamps look fresh
+
+
+def test_header_of_a_live_run_ticks_and_stops_when_it_ends(tmp_path):
+    from trainwatch.tui.header import header_info
+
+    recs = [{"event": "run_start", "time": 100.0, "config": {"steps": 1000}}]
+    recs += [{"step": i, "time": 100.0 + i, "loss": 1.0} for i in range(1, 11)]
+    m = _model(tmp_path, recs)
+    m.last_arrival = 5000.0  # the writer's clock is 4890 s behind ours: only spans are used
+    info = header_info(m, run_state(m, 5003.0), 5003.0, read_only=False)
+    assert info.state == "running" and info.age == pytest.approx(3.0)
+    assert info.elapsed == pytest.approx(10.0 + 3.0)
+    assert info.eta == pytest.approx(990.0)  # one step a second, 990 to go
+    m.end = {"status": "finished", "exit_code": 0}
+    info = header_info(m, run_state(m, 9000.0), 9000.0, read_only=False)
+    assert info.state == "finished" and info.elapsed == pytest.approx(10.0) and info.eta is None
+
+
+@pytest.mark.parametrize(("end", "label"), [
+    ({"status": "finished", "exit_code": 0}, "finished"),
+    ({"status": "crashed", "exit_code": 3, "error": "ValueError: boom"}, "crashed (exit 3)"),
+    ({"status": "crashed"}, "crashed"),
+    ({"status": "finished", "exit_code": 2}, "crashed (exit 2)"),
+    ({"status": "interrupted", "exit_code": 130}, "stopped (exit 130)"),
+    ({"status": "unknown"}, "ended"),
+])
+def test_run_end_decides_the_state_and_its_label(tmp_path, end, label):
+    from trainwatch.tui.header import header_info
+
+    m = _model(tmp_path, [{"step": 1, "time": 1.0, "loss": 1.0}])
+    m.end = end
+    info = header_info(m, run_state(m, now=1e9), 1e9, read_only=False)
+    assert info.state == label
+    assert header_text(info).plain.count(label) == 1
+    assert ("crashed: ValueError: boom" in info.notices) == ("error" in end)
+
+
+def test_process_record_names_how_a_run_died(tmp_path):
+    from trainwatch.trainer.process import ProcessInfo
+    from trainwatch.tui.run_state import state_label
+
+    m = _model(tmp_path, [{"step": 1, "time": 1.0, "loss": 1.0}])
+    killed = ProcessInfo(None, ("x",), "", 0.0, "killed", signal=9, signal_name="SIGKILL")
+    assert run_state(m, 1e9, killed) == "crashed"
+    assert state_label(m, "crashed", killed) == "crashed (SIGKILL)"
+    exited = ProcessInfo(None, ("x",), "", 0.0, "exited", exit_code=1)
+    assert state_label(m, run_state(m, 1e9, exited), exited) == "crashed (exit 1)"
+
+
+def test_preview_does_not_fake_the_run_start(tmp_path):
+    """The file's end shown first must not pose as the whole run (3 min elapsed, then 1 h)."""
+    from trainwatch.formats.jsonl import JsonlParser
+
+    m = RunModel(RunSpec("r", tmp_path, (tmp_path / "metrics.jsonl",), None))
+    tail = "".join(json.dumps({"step": i, "time": 1000.0 + i, "loss": 1.0}) + "\n"
+                   for i in range(900, 1000)).encode()
+    m.apply_preview((JsonlParser("m").parse(tail),))
+    assert m.last_step == 999 and m.start_time is None
+    whole = "".join(json.dumps({"step": i, "time": 1000.0 + i, "loss": 1.0}) + "\n"
+                    for i in range(1, 1000)).encode()
+    m.apply_batch(JsonlParser("m").parse(whole), main=True)
+    m.finish_loading()
+    assert m.start_time == 1001.0 and m.last_time == 1999.0
+
+
+def test_speed_text_units():
+    from trainwatch.tui.header import speed_text
+
+    assert speed_text("throughput", 20700.0) == "20.7k/s"
+    assert speed_text("train/tokens_per_second", 11400.0) == "11.4k tokens/s"
+    assert speed_text("train_samples_per_second", 32.0) == "32 samples/s"
+    assert speed_text("tok/s", 5.0) == "5 tok/s"
+    assert speed_text("tps", 5.0) == "5 tok/s"
+
+
+# ---------------------------------------------------------------------- axes
+@pytest.mark.parametrize("log_y", [False, True])
+def test_axis_of_a_positive_series_never_goes_below_zero(log_y):
+    """An LR schedule decaying to 0 (or to 1e-9): no negative label, on any size."""
+    xs = np.arange(600, dtype=float)
+    ys = 3e-3 * np.sin(np.pi * xs / 600) ** 2
+    ys[-1] = 0.0
+    for w, h in ((35, 18), (40, 6), (80, 30)):
+        spec = ChartSpec((Trace(xs, ys, "m"),), log_y=log_y)
+        text = as_text(render(spec, w, h))
+        labels = [float(r.split("┤")[0]) for r in text[:-1] if "┤" in r]
+        assert min(labels) >= 0 and (min(labels) == 0 or log_y), text
+        assert max(labels) >= ys.max()
+        assert len(labels) >= 2
+
+
+def test_axis_of_a_negative_series_stays_below_zero_and_mixed_crosses():
+    xs = np.arange(50, dtype=float)
+    neg = -np.linspace(1e-3, 5.0, 50)
+    labels = [float(r.split("┤")[0]) for r in as_text(render(ChartSpec((Trace(xs, neg, "m"),)), 40, 12))
+              if "┤" in r]
+    assert max(labels) == 0 and min(labels) <= -5.0
+    both = np.linspace(-1.0, 1.0, 50)
+    labels = [float(r.split("┤")[0]) for r in as_text(render(ChartSpec((Trace(xs, both, "m"),)), 40, 12))
+              if "┤" in r]
+    assert min(labels) < -1.0 and max(labels) > 1.0  # padding on both sides where data is
+
+
+def test_flat_zero_series_gets_a_usable_axis():
+    xs = np.arange(20, dtype=float)
+    text = as_text(render(ChartSpec((Trace(xs, np.zeros(20), "m"),)), 30, 8))
+    labels = [float(r.split("┤")[0]) for r in text[:-1] if "┤" in r]
+    assert min(labels) == 0 and max(labels) > 0
+
+
+def test_y_labels_are_round_numbers_between_exact_edges():
+    from trainwatch.tui.chart_render import nice_ticks
+
+    assert nice_ticks(0.0, 0.0031, 3) == [0.001, 0.002, 0.003]
+    assert nice_ticks(0.1, 3.7, 3) == [1.0, 2.0, 3.0]
+    assert nice_ticks(-0.1, 1.8, 3, log_y=True) == [0.0, 1.0]  # 1 and 10 on a log axis
+    near = nice_ticks(0.0, 0.18, 2, log_y=True)  # 1 .. 1.5: round values, not decades
+    assert near and all(0 < t < 0.18 for t in near)
+    assert np.allclose([10**t for t in near], np.round([10**t for t in near], 2))
+    xs = np.arange(100, dtype=float)
+    text = as_text(render(ChartSpec((Trace(xs, np.linspace(0.294, 3.5, 100), "c"),)), 40, 18))
+    labels = [r.split("┤")[0].strip() for r in text if "┤" in r]
+    assert labels[0] == "3.7" and labels[-1] == "0.1"  # the edges, exact
+    assert {"1", "2", "3"} <= set(labels)  # round values between
+
+
+# ---------------------------------------------------------------------- ingest service
+class _SlowParser:
+    """A JSONL reader whose first parse waits for the test: the window in which a chunk is
+    counted as read but its batch is not handed on yet."""
+
+    kind = "lines"
+    format = "jsonl"
+
+    def __init__(self, path) -> None:
+        import threading
+
+        from trainwatch.formats.jsonl import JsonlParser
+
+        self._inner = JsonlParser(str(path))
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def parse(self, data: bytes, first_line: int = 1, *, reset: bool = False):
+        if not self.entered.is_set():
+            self.entered.set()
+            assert self.release.wait(10), "test never released the parser"
+        return self._inner.parse(data, first_line, reset=reset)
+
+
+def _wait(cond, timeout: float = 5.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.005)  # polling a condition, bounded by the deadline
+
+
+def test_backlog_is_never_posted_as_live_when_the_clock_checks_mid_parse(tmp_path):
+    """The UI's once-a-second backstop ran while the last chunk of history was being parsed:
+    it called the run loaded, and that chunk then arrived as live records (state flipped to
+    running, "last 1 s ago"). Now the backstop waits for the follower's next pass."""
+    from trainwatch.tui import messages as msg
+    from trainwatch.tui.ingest import IngestService
+
+    _write_run(tmp_path / "run", 50)
+    spec = RunSpec("run", tmp_path / "run", (tmp_path / "run" / "metrics.jsonl",), None)
+    posted: list = []
+    readers: list[_SlowParser] = []
+
+    def factory(path):
+        readers.append(_SlowParser(path))
+        return readers[-1]
+
+    svc = IngestService(posted.append, None, poll_interval=0.05, reader_factory=factory)
+    svc.add_run(spec, preview=False)
+    svc.start()
+    try:
+        _wait(lambda: readers and readers[0].entered.is_set())
+        for _ in range(3):
+            svc.check_loaded()  # the UI clock, while every byte is read but not handed on
+        assert not any(isinstance(p, msg.HistoryLoaded) for p in posted)
+        readers[0].release.set()
+        _wait(lambda: any(isinstance(p, msg.HistoryLoaded) for p in posted))
+    finally:
+        svc.stop()
+    batches = [p for p in posted if isinstance(p, msg.BatchArrived)]
+    assert batches and all(b.history for b in batches)
+    assert sum(b.batch.n_records for b in batches) == 50
+    kinds = [type(p).__name__ for p in posted]
+    assert kinds.index("HistoryLoaded") > max(i for i, k in enumerate(kinds) if k == "BatchArrived")
+
+
+def test_backstop_still_finishes_a_backlog_that_posts_no_batch(tmp_path):
+    from trainwatch.tui import messages as msg
+    from trainwatch.tui.ingest import IngestService
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text("\n" * 1000)  # blank lines: no batch, no callback
+    spec = RunSpec("run", run, (run / "metrics.jsonl",), None)
+    posted: list = []
+    svc = IngestService(posted.append, None, poll_interval=0.05)
+    svc.add_run(spec, preview=False)
+    svc.start()
+    try:
+        def loaded() -> bool:
+            svc.check_loaded()
+            return any(isinstance(p, msg.HistoryLoaded) for p in posted)
+
+        _wait(loaded)
+    finally:
+        svc.stop()
+
+
+def test_missing_console_log_is_not_a_problem_and_is_picked_up_later(tmp_path):
+    from trainwatch.tui import messages as msg
+    from trainwatch.tui.ingest import IngestService
+
+    _write_run(tmp_path / "run", 5)
+    console = tmp_path / "run" / "console.log"
+    spec = RunSpec("run", tmp_path / "run", (tmp_path / "run" / "metrics.jsonl",), console)
+    posted: list = []
+    svc = IngestService(posted.append, None, poll_interval=0.05)
+    svc.add_run(spec, preview=False)
+    svc.start()
+    try:
+        _wait(lambda: any(isinstance(p, msg.HistoryLoaded) for p in posted))
+        console.write_text("epoch 1\n")
+        _wait(lambda: any(isinstance(p, msg.ConsoleLines) for p in posted))
+        console.unlink()  # once seen, its disappearance is news
+        _wait(lambda: any(isinstance(p, msg.SourceStatus) and p.state == "waiting" for p in posted))
+    finally:
+        svc.stop()
+    statuses = [p for p in posted if isinstance(p, msg.SourceStatus)]
+    waiting = [p for p in statuses if p.state == "waiting"]
+    assert len(waiting) == 1 and "deleted or moved" in waiting[0].text
+    lines_ = [p for p in posted if isinstance(p, msg.ConsoleLines)]
+    assert lines_[0].lines == ("epoch 1",) and not lines_[0].history
+
+
+def test_loaded_history_is_parked_out_of_the_collectors_way(tmp_path):
+    """Full collections walking the whole heap cost 50-150 ms on the frame that shows an alert:
+    once loaded, the heap is frozen; stopping gives it back."""
+    import gc
+
+    from trainwatch.tui import messages as msg
+    from trainwatch.tui.ingest import IngestService
+
+    _write_run(tmp_path / "run", 5)
+    spec = RunSpec("run", tmp_path / "run", (tmp_path / "run" / "metrics.jsonl",), None)
+    posted: list = []
+    svc = IngestService(posted.append, None, poll_interval=0.05)
+    svc.add_run(spec, preview=False)
+    assert gc.get_freeze_count() == 0
+    svc.start()
+    try:
+        _wait(lambda: any(isinstance(p, msg.HistoryLoaded) for p in posted))
+        assert gc.get_freeze_count() > 0
+    finally:
+        svc.stop()
+    assert gc.get_freeze_count() == 0
+
+
+def test_chart_title_always_shows_the_values():
+    from trainwatch.tui.dashboard import TITLE_CHROME, chart_title
+
+    parts = [("train/loss", "#5fd7ff", "0.357"), ("validation/loss_of_the_model", "#ffd75f", "nan")]
+    wide = Content.from_markup(chart_title(parts, 120)).plain
+    assert wide == "━ train/loss 0.357  ━ validation/loss_of_the_model nan"
+    for width in (50, 40, 35):
+        plain = Content.from_markup(chart_title(parts, width)).plain
+        assert len(plain) <= width - TITLE_CHROME, (width, plain)
+        assert "0.357" in plain and plain.endswith("nan"), plain
+        assert plain.startswith("━ tr") and "…" in plain
+    narrow = Content.from_markup(chart_title(parts, 30)).plain  # one line and a count
+    assert narrow.endswith("0.357 +1") and len(narrow) <= 30 - TITLE_CHROME
+    assert "[bold red]nan[/]" in chart_title(parts, 60)  # a non-finite last value is red
+    many = [(f"run{i}:loss", "#fff", "1.23") for i in range(6)]
+    tight = Content.from_markup(chart_title(many, 40)).plain
+    assert tight.endswith(tuple(f"+{k}" for k in range(1, 6))) and len(tight) <= 34
+    evil = [("[bold]x[/bold]", "#fff", "1")]
+    assert Content.from_markup(chart_title(evil, 80)).plain == "━ [bold]x[/bold] 1"

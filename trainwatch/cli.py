@@ -168,11 +168,12 @@ def cmd_demo(argv: Sequence[str]) -> int:
     print(f"demo run started in {run_dir}")
     if a.no_tui:
         return EXIT_OK
-    return cmd_watch([str(run_dir)])
+    # the TUI treats the demo as a run it started: quitting asks whether to keep it training
+    return cmd_watch([str(run_dir)], adopt=run_dir)
 
 
 # ---------------------------------------------------------------------- watch (TUI)
-def cmd_watch(argv: Sequence[str]) -> int:
+def cmd_watch(argv: Sequence[str], adopt: Path | None = None) -> int:
     p = _parser(
         "trainwatch",
         "Watch a run live: charts, metrics, alerts with evidence and fixes, console output.\n"
@@ -213,6 +214,8 @@ def cmd_watch(argv: Sequence[str]) -> int:
         sys.stdout.write(render_once(config, width=a.width, height=a.height))
         return EXIT_OK
     app = make_app(config)
+    if adopt is not None:
+        app.adopt_run(adopt)
     app.run()
     return int(app.return_code or 0)
 

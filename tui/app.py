@@ -16,11 +16,12 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 from textual import work
 from textual.app import App
-from textual.screen import Screen
+from textual.screen import ModalScreen, Screen
 from textual.timer import Timer
 
 from trainwatch.tui import messages as m
@@ -29,7 +30,8 @@ from trainwatch.tui.config import AppConfig, EngineFactory
 from trainwatch.tui.dashboard import Dashboard
 from trainwatch.tui.header import HeaderInfo, header_info
 from trainwatch.tui.ingest import IngestService
-from trainwatch.tui.keys import BINDINGS
+from trainwatch.tui.keys import BINDINGS, KEYS
+from trainwatch.tui.launch import LaunchForm, LaunchOptions
 from trainwatch.tui.notify import notification_sequences
 from trainwatch.tui.run_control import RunControl
 from trainwatch.tui.run_model import AlertEntry, FileState, RunModel
@@ -43,12 +45,17 @@ __all__ = ["AppConfig", "TrainwatchApp", "make_app"]
 RING_EVERY_S = 5.0
 """At most one bell / desktop notification per this many seconds."""
 PROCESS_EVERY_S = 5.0
+"""Seconds between reads of the current run's ``process.json``..."""
+LAUNCHED_PROCESS_EVERY_S = 0.5
+"""...or, for a run started from this app, at every clock tick."""
 STREAM_BATCHES = 5
 """More live batches than this within a second is a stream. A writer flushing up to five times
 a second is not one: each of its records is drawn at once. The reader merges reads closer than
 0.1 s, so a stream arrives as about ten batches a second however fast it is written."""
 STREAM_FPS = 2.5
 """Frames per second while data streams in (a frame costs ~10 ms of CPU at 120x40)."""
+MODAL_BLOCKED = frozenset(k.action.split("(")[0] for k in KEYS) - {"quit", "help"}
+"""The key table's actions that do nothing while a dialog is open."""
 
 
 @dataclass
@@ -69,9 +76,16 @@ class TrainwatchApp(ViewActions, RunControl, App[int]):
     BINDINGS = BINDINGS
 
     def __init__(self, config: AppConfig, engine_factory: EngineFactory | None,
-                 target: WatchTarget | None = None) -> None:
+                 target: WatchTarget | None = None, launch: LaunchOptions | None = None) -> None:
         super().__init__()
         self.config = config
+        self.launch_options = launch or LaunchOptions.from_env()
+        """Where new runs start, the recently-used list, the stop grace period."""
+        self.launched: dict[str, Path] = {}
+        self.control_status: dict[str, tuple[str, float, bool]] = {}
+        self._adopted: list[Path] = []
+        self.last_form: LaunchForm | None = None
+        """The new-run form as last started (the next ``n`` starts from it)."""
         self.target = target
         self.models: dict[str, RunModel] = {}
         self.current: str | None = None
@@ -108,8 +122,19 @@ class TrainwatchApp(ViewActions, RunControl, App[int]):
         self._process: dict[str, Any] = {}
         self._process_at = float("-inf")
         self._rescan_at = time.monotonic()
+        self._ingest_ready = threading.Event()
+        """Set once the ingest service exists (a run started at once waits for it)."""
+        self._quitting = False
+        """The user chose to stop the runs started here and quit: the next q just quits."""
+        self._quit_asked = False
+        self._crash_shown: set[str] = set()
 
     # ------------------------------------------------------------------ lifecycle
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Under a dialog (new run, confirm, help), the app's keys other than quit and help
+        are off: typing ``r`` in the new-run screen's list must not open the runs list."""
+        return not (action in MODAL_BLOCKED and isinstance(self.screen, ModalScreen))
+
     def get_default_screen(self) -> Screen:
         return Dashboard()
 
@@ -124,6 +149,7 @@ class TrainwatchApp(ViewActions, RunControl, App[int]):
             self._closing = True
             if self._ingest is not None:
                 self._ingest.stop()
+        self._ingest_ready.set()  # a run-follow worker still waiting sees _closing and ends
 
     @work(thread=True, exclusive=True, group="ingest", exit_on_error=False)
     def _start_ingest(self) -> None:
@@ -140,6 +166,7 @@ class TrainwatchApp(ViewActions, RunControl, App[int]):
             if self._closing:
                 return
             self._ingest = service
+        self._ingest_ready.set()
         for spec in target.runs:
             service.add_run(spec, preview=not self.config.once)
         if self.config.once:
@@ -381,8 +408,12 @@ class TrainwatchApp(ViewActions, RunControl, App[int]):
         notes += [f.text for f in model.files.values() if f.state in ("waiting", "error") and f.text]
         if model.malformed:
             notes.append(f"{model.malformed} malformed line{'s' if model.malformed > 1 else ''} skipped")
+        status = self.status_note(model.run_id)
+        if status:
+            notes.append(status)
         return header_info(model, self.state_of(model.run_id), self.config.clock(), self.read_only,
-                           tuple(notes[-3:]), 1 + len(self.overlay_models()))
+                           tuple(notes[-3:]), 1 + len(self.overlay_models()),
+                           process=self._process.get(model.run_id))
 
     def _notice(self, run_id: str, text: str) -> None:
         notes = self.notices.setdefault(run_id, [])
@@ -396,7 +427,11 @@ class TrainwatchApp(ViewActions, RunControl, App[int]):
         if self._ingest is not None:
             self._ingest.tick(now)
             self._ingest.check_loaded()
-        if time.monotonic() - self._process_at > PROCESS_EVERY_S:
+        # a run started here is watched closely: its crash should show within a second
+        ours = self.current in self.launched or (self._adopted and
+                                                 self.current in self.launched_runs())
+        every = LAUNCHED_PROCESS_EVERY_S if ours else PROCESS_EVERY_S
+        if time.monotonic() - self._process_at > every:
             self._process_at = time.monotonic()
             self._read_processes()
         if time.monotonic() - self._rescan_at > self.config.rescan_interval:
@@ -408,6 +443,7 @@ class TrainwatchApp(ViewActions, RunControl, App[int]):
             header = screen.query("#header")
             if model is not None and header:
                 header.first().show(self.header_for(model))
+        self.reveal_crash()
 
     def _read_processes(self) -> None:
         model = self.current_model()
@@ -430,7 +466,9 @@ def default_engine_factory(rules: Any) -> EngineFactory:
     return partial(RuleEngine, cfg, live=True)
 
 
-def make_app(config: AppConfig) -> TrainwatchApp:
-    """The app for ``config``: the one factory used by the CLI and by the tests."""
+def make_app(config: AppConfig, launch: LaunchOptions | None = None) -> TrainwatchApp:
+    """The app for ``config``: the one factory used by the CLI and by the tests. ``launch``
+    says where runs started with ``n`` go (default: from the environment, see
+    :meth:`LaunchOptions.from_env`)."""
     factory = config.engine_factory or default_engine_factory(config.rules)
-    return TrainwatchApp(config, factory)
+    return TrainwatchApp(config, factory, launch=launch)

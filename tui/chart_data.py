@@ -15,6 +15,7 @@ import numpy as np
 
 from trainwatch.humanize import fmt_count, fmt_duration, fmt_num
 from trainwatch.roles import DEFAULT_ROLES
+from trainwatch.store import Points
 from trainwatch.tui.chart_render import ChartSpec, Mark, Trace
 from trainwatch.tui.run_model import AlertEntry, RunModel
 from trainwatch.tui.smoothing import debiased_ema
@@ -126,7 +127,7 @@ def build_spec(
     """The chart of ``panel`` for a plot ``px_w`` braille pixels wide."""
     traces: list[Trace] = []
     marks: list[Mark] = []
-    t0 = _start_time(panel, models)
+    queried: list[tuple[Line, RunModel, Points]] = []
     for line in panel.lines:
         m = models.get(line.run_id)
         s = m.view.get(line.name) if m else None
@@ -135,7 +136,9 @@ def build_spec(
         start = s.last_step - view.zoom + 1 if view.zoom is not None else None
         # ~4 points per pixel column: the rasteriser is exact for any count, and bucket edges
         # that move as data grows then move points by less than a pixel (a calm live chart)
-        pts = s.query(start=start, max_points=max(px_w * 4, 16))
+        queried.append((line, m, s.query(start=start, max_points=max(px_w * 4, 16))))
+    t0 = _start_time(panel, models, queried)
+    for line, m, pts in queried:
         xs = _xs(pts.steps, pts.times, view, t0)
         ys = pts.values
         if view.x_mode != "step" and xs.size > 1 and np.any(np.diff(xs) < 0):
@@ -160,10 +163,18 @@ def build_spec(
     )
 
 
-def _start_time(panel: PanelDef, models: Mapping[str, RunModel]) -> float:
+def _start_time(
+    panel: PanelDef, models: Mapping[str, RunModel], queried: list[tuple[Line, RunModel, Points]]
+) -> float:
+    """Time zero of the relative x-axis: the run's start, else (while the history loads and
+    only the file's end is known) the first point drawn."""
     m = models.get(panel.lines[0].run_id) if panel.lines else None
     if m is not None and m.start_time is not None:
         return m.start_time
+    for _line, _m, pts in queried:
+        finite = pts.times[np.isfinite(pts.times)]
+        if finite.size:
+            return float(finite[0])
     return 0.0
 
 

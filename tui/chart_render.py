@@ -100,13 +100,29 @@ def fit_scale(spec: ChartSpec) -> Scale | None:
         lo, hi = (float(q) for q in np.quantile(finite, [0.02, 0.98]))
     else:
         lo, hi = float(finite.min()), float(finite.max())
+    y0, y1 = _y_range(lo, hi, spec.log_y)
+    return Scale(x0, x1, y0, y1)
+
+
+def _y_range(lo: float, hi: float, log_y: bool) -> tuple[float, float]:
+    """The y-range shown for data spanning ``lo..hi`` (plotted units): padded, rounded, and
+    never across zero when the data is not (on a linear axis; a log axis is positive anyway)."""
     span = hi - lo
     if span <= 0:
-        pad = 0.5 if spec.log_y else (abs(lo) * 0.1 or 1.0)
-        return Scale(x0, x1, lo - pad, hi + pad)
-    pad = span * 0.05
-    unit = _unit(span)
-    return Scale(x0, x1, math.floor((lo - pad) / unit) * unit, math.ceil((hi + pad) / unit) * unit)
+        pad = 0.5 if log_y else (abs(lo) * 0.1 or 1.0)
+        y0, y1 = lo - pad, hi + pad
+    else:
+        pad = span * 0.05
+        unit = _unit(span)
+        y0, y1 = math.floor((lo - pad) / unit) * unit, math.ceil((hi + pad) / unit) * unit
+    if not log_y:
+        # the padding must not invent values of the other sign: a learning rate that decays
+        # to 0 gets an axis from 0, not from -1.2e-4
+        if lo >= 0 > y0:
+            y0 = 0.0
+        elif hi <= 0 < y1:
+            y1 = 0.0
+    return y0, y1
 
 
 def _unit(span: float) -> float:
@@ -255,16 +271,59 @@ def _runs(chars: list[str], owner: np.ndarray, styles: list[str]) -> list[Run]:
 
 
 def _y_labels(spec: ChartSpec, scale: Scale, plot_h: int) -> dict[int, str]:
-    """Row -> label: the top and bottom rows, and every ~4th row between when there is room."""
-    n = max(2, min(plot_h // 4 + 1, 6)) if plot_h >= 3 else 1
-    rows = sorted({round(i * (plot_h - 1) / (n - 1)) for i in range(n)}) if n > 1 else [0]
-    out: dict[int, str] = {}
-    for r in rows:
-        # value at the middle of the row
-        frac = (r * 4 + 1.5) / max(plot_h * 4 - 1, 1)
-        v = scale.y1 - frac * (scale.y1 - scale.y0)
-        out[r] = spec.fmt_y(10**v if spec.log_y else v)
+    """Row -> label: the range's edges on the top and bottom rows, round values between.
+
+    The top row's top pixel is ``y1`` and the bottom row's bottom pixel ``y0`` (both rounded
+    by :func:`fit_scale`), so those labels are exact; the ones between are round numbers
+    (1, 2, 5 times a power of ten; whole decades on a log axis spanning one) on the row that
+    holds them, at least two rows from any other label.
+    """
+
+    def show(v: float) -> str:
+        return spec.fmt_y(10**v if spec.log_y else v)
+
+    if plot_h < 2:
+        return {0: show((scale.y0 + scale.y1) / 2)}
+    out = {0: show(scale.y1), plot_h - 1: show(scale.y0)}
+    px_h = plot_h * 4
+    intervals = max(1, min(plot_h // 4, 5))
+    for v in nice_ticks(scale.y0, scale.y1, intervals, spec.log_y):
+        px = (scale.y1 - v) / (scale.y1 - scale.y0) * (px_h - 1)
+        r = round(px) // 4
+        if all(abs(r - k) >= 2 for k in out):
+            out[r] = show(v)
     return out
+
+
+def nice_ticks(y0: float, y1: float, intervals: int, log_y: bool = False) -> list[float]:
+    """Round values strictly inside ``y0..y1`` (plotted units), splitting it in about
+    ``intervals``.
+
+    On a log axis (plotted in log10) spanning a decade or more: whole decades; on a narrower
+    one: round values of the data, placed at their logarithm.
+    """
+    if not (math.isfinite(y0) and math.isfinite(y1)) or y1 <= y0:
+        return []
+    if log_y and y1 - y0 < 1:
+        return [math.log10(v) for v in nice_ticks(10**y0, 10**y1, intervals) if v > 0]
+    step = _nice_step((y1 - y0) / max(intervals, 1))
+    if log_y:
+        step = max(step, 1.0)  # whole decades only
+    k0, k1 = math.floor(y0 / step) + 1, math.ceil(y1 / step) - 1
+    if k1 - k0 > 100:
+        return []
+    # k * step, rounded, so 3 * 0.1 is 0.3 and labels read as round numbers
+    digits = max(0, -math.floor(math.log10(step)) + 1)
+    return [round(k * step, digits) for k in range(k0, k1 + 1) if y0 < k * step < y1]
+
+
+def _nice_step(raw: float) -> float:
+    """The one of 1, 2, 2.5, 5 times a power of ten nearest to ``raw`` (by ratio)."""
+    if raw <= 0 or not math.isfinite(raw):
+        return 1.0
+    e = math.floor(math.log10(raw))
+    steps = [m * 10.0**k for k in (e - 1, e, e + 1) for m in (1.0, 2.0, 2.5, 5.0)]
+    return min(steps, key=lambda c: abs(math.log(c / raw)))
 
 
 def _x_axis(spec: ChartSpec, scale: Scale, plot_w: int) -> str:

@@ -32,7 +32,7 @@ from trainwatch.tui.filter_bar import FilterBar
 from trainwatch.tui.header import HeaderBar
 from trainwatch.tui.keys import bindings
 from trainwatch.tui.metrics_table import MetricsTable
-from trainwatch.tui.sanitize import markup_safe
+from trainwatch.tui.sanitize import clean, markup_safe
 
 if TYPE_CHECKING:
     from trainwatch.tui.app import TrainwatchApp
@@ -45,10 +45,57 @@ MEDIUM = 120
 SHORT = 30
 
 
-def chart_title(parts: list[tuple[str, str, str]]) -> str:
-    """Markup for a chart's border title: each line's name in its colour and its last value."""
-    return "  ".join(f"[{color}]━ {markup_safe(label, 40)}[/] {markup_safe(value)}"
-                     for label, color, value in parts)
+TITLE_CHROME = 6
+"""Border cells a title cannot use: the two corners and ``─ `` / `` ─`` around it."""
+MIN_LABEL = 5
+"""A series name is never cut shorter than this (with its ellipsis) to fit a title."""
+_NONFINITE = ("nan", "inf", "-inf")
+
+
+def shorten(text: str, width: int) -> str:
+    """``text`` cut to ``width`` cells in the middle (``train/…/grad_norm``): the start and the
+    end of a metric name are what tell two series apart."""
+    if len(text) <= width:
+        return text
+    if width <= 1:
+        return "…"[:width]
+    tail = (width - 1) // 2
+    return text[: width - 1 - tail] + "…" + (text[-tail:] if tail else "")
+
+
+def chart_title(parts: list[tuple[str, str, str]], width: int | None = None) -> str:
+    """Markup for a chart's border title: each line's name in its colour and its last value.
+
+    With ``width`` (the chart's), names are shortened so the values always show: a title that
+    is too long is cut at its end by the border, and the end is where the values are. Lines
+    that still do not fit are left out, counted (``+2``)."""
+    items = [(clean(label), color, value) for label, color, value in parts]
+    budget = None if width is None else max(width - TITLE_CHROME, 8)
+
+    def size(labels: list[str], n: int, gap: int) -> int:
+        body = sum(2 + len(lb) + 1 + len(v) for lb, (_l, _c, v) in zip(labels, items[:n]))
+        more = len(f" +{len(items) - n}") if n < len(items) else 0
+        return body + gap * (n - 1) + more
+
+    labels = [shorten(lb, 40) for lb, _c, _v in items]
+    n, gap = len(items), 2
+    if budget is not None:
+        if size(labels, n, gap) > budget:
+            gap = 1
+        while size(labels, n, gap) > budget:
+            longest = max(range(n), key=lambda i: len(labels[i]))
+            if len(labels[longest]) > MIN_LABEL:
+                labels[longest] = shorten(items[longest][0], len(labels[longest]) - 1)
+            elif n > 1:
+                n -= 1
+            else:
+                break
+    out = []
+    for label, (_l, color, value) in zip(labels[:n], items[:n]):
+        shown = f"[bold red]{value}[/]" if value in _NONFINITE else markup_safe(value)
+        out.append(f"[{color}]━ {markup_safe(label)}[/] {shown}")
+    more = f" [dim]+{len(items) - n}[/]" if n < len(items) else ""
+    return (" " * gap).join(out) + more
 
 
 class Dashboard(Screen):
@@ -94,6 +141,8 @@ class Dashboard(Screen):
         self.set_class(NARROW <= event.size.width < MEDIUM, "-medium")
         self.set_class(event.size.height < SHORT, "-short")
         self.refresh_data(full=True)
+        # the titles fit the charts' widths, known once this size is laid out
+        self.call_after_refresh(self._draw_titles)
 
     def on_screen_resume(self) -> None:
         self.refresh_data(full=True)
@@ -127,7 +176,8 @@ class Dashboard(Screen):
         if alerts or full:
             self.query_one(AlertsPane).show_entries(app.visible_alerts(), app.overlaying())
         pane = self.query_one(ConsolePane)
-        self.set_class(model.spec.console is None, "-no-console-file")
+        # console.log is optional: no pane (and no warning) until it has something to show
+        self.set_class(model.spec.console is None or not model.console, "-no-console-file")
         if reset_console or full:
             pane.clear()
             pane.add_lines(list(model.console))
@@ -154,8 +204,14 @@ class Dashboard(Screen):
         if app.view.filter_error:
             subtitle = markup_safe(app.view.filter_error, 60)
         table.border_subtitle = subtitle
+        self._draw_titles()
+
+    def _draw_titles(self) -> None:
+        """Each chart's title: its lines' names and last values, fitted to its width."""
+        models = self.twapp.models
         for chart, panel in self._panels:
-            title = chart_title(last_value_text(panel, app.models)) if panel else ""
+            title = (chart_title(last_value_text(panel, models), chart.outer_size.width or None)
+                     if panel else "")
             if chart.border_title != title:
                 chart.border_title = title
 
@@ -179,7 +235,8 @@ class Dashboard(Screen):
                 continue
             spec = build_spec(panel, app.models, app.view, chart.plot_px_width())
             chart.show(spec, key)
-            subtitle = markup_safe(app.view.describe()) + (" · log" if spec.log_y else "")
+            subtitle = " · ".join(x for x in (markup_safe(app.view.describe()),
+                                               "log" if spec.log_y else "") if x)
             if chart.border_subtitle != subtitle:
                 chart.border_subtitle = subtitle
 
@@ -215,6 +272,12 @@ class Dashboard(Screen):
         bar.open()
 
     def toggle_console(self) -> None:
+        if self.has_class("-no-console-file"):
+            model = self.twapp.current_model()
+            where = model.spec.console if model is not None else None
+            self.notify(f"no console output yet ({where.name if where else 'no console.log'}"
+                        " is missing or empty)", timeout=4)
+            return
         visible = self.query_one(ConsolePane).display
         self.set_class(visible, "-console-hidden")
         self.set_class(not visible, "-console-shown")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from typing import Any
 
 from rich.text import Text
 from textual.widget import Widget
@@ -10,8 +12,12 @@ from textual.widget import Widget
 from trainwatch.humanize import fmt_ago, fmt_count, fmt_duration, fmt_num
 from trainwatch.roles import DEFAULT_ROLES
 from trainwatch.tui.run_model import RunModel
-from trainwatch.tui.run_state import STATE_STYLE
+from trainwatch.tui.run_state import LIVE_STATES, state_label, state_style
 from trainwatch.tui.sanitize import clean
+
+_PER_SECOND = re.compile(r"^(?:train_)?(?P<what>.*?)[_\-/ ]?(?:per_?s(?:ec(?:ond)?)?|/s)$",
+                         re.IGNORECASE)
+"""``tokens_per_second``, ``samples_per_sec``, ``tok/s``: a rate whose unit is in its name."""
 
 
 @dataclass(frozen=True)
@@ -20,12 +26,17 @@ class HeaderInfo:
 
     run: str
     state: str
+    """The state as shown (``"crashed (exit 1)"``): :func:`~trainwatch.tui.run_state.state_label`."""
     step: int | None
     total: int | None
     elapsed: float | None
+    """From the first record to the newest one, plus the silence since then while the run is
+    live (so it ticks while a run runs, and stops when it ends)."""
     eta: float | None
     speed: str | None
     age: float | None
+    """Seconds since the newest record arrived; for a record that was already in the file when
+    we opened it, since its own timestamp."""
     read_only: bool
     loading: float | None
     """History still loading: the fraction read; None when done."""
@@ -36,33 +47,60 @@ class HeaderInfo:
 
 def header_info(
     model: RunModel, state: str, now: float, read_only: bool, notices: tuple[str, ...] = (),
-    runs: int = 1,
+    runs: int = 1, process: Any = None,
 ) -> HeaderInfo:
+    """What the header shows for ``model`` in ``state`` (from :func:`run_state`) at ``now``.
+
+    ``process`` is the run's supervisor record, when it has one (for "crashed (SIGKILL)").
+    """
     rate = model.rate()
-    ended = state in ("finished", "crashed", "stopped", "ended", "idle")
-    start = model.start_time
-    end_t = model.last_time if ended or model.last_time is None else now
-    elapsed = (end_t - start) if (start is not None and end_t is not None) else None
+    live = state in LIVE_STATES
+    # one reference for "last" however the record reached us: its arrival on our clock when we
+    # saw it arrive, else its own timestamp (a backlog record arrived before we looked)
+    ref = model.last_arrival if model.last_arrival is not None else model.last_time
+    age = (now - ref) if ref is not None else None
+    elapsed = None
+    if model.start_time is not None and model.last_time is not None:
+        # the span on the writer's clock (immune to skew between its clock and ours), then
+        # our own clock for the silence since, only while the run is live
+        elapsed = max(0.0, model.last_time - model.start_time)
+        if live and age is not None:
+            elapsed += max(0.0, age)
     eta = None
-    if not ended and rate and model.total_steps and model.last_step is not None:
+    if state == "running" and rate and model.total_steps and model.last_step is not None:
         left = model.total_steps - model.last_step
         eta = left / rate if left > 0 else None
-    speed = _speed(model, rate)
-    ref = model.last_arrival if model.last_arrival is not None else model.last_time
+    label = state_label(model, state, process)
+    error = model.end.get("error") if model.end is not None else None
+    if isinstance(error, str) and error and label.startswith("crashed"):
+        notices = (f"crashed: {error}", *notices)
     return HeaderInfo(
-        run=model.run_id, state=state, step=model.last_step, total=model.total_steps,
-        elapsed=elapsed, eta=eta, speed=speed, age=(now - ref) if ref is not None else None,
+        run=model.run_id, state=label, step=model.last_step, total=model.total_steps,
+        elapsed=elapsed, eta=eta, speed=_speed(model, rate), age=age,
         read_only=read_only, loading=None if model.loaded else model.progress,
         notices=notices, runs=runs,
     )
+
+
+def speed_text(name: str, value: float | None) -> str:
+    """A throughput series' last value with its unit: ``"20.7k/s"``, ``"11.4k tokens/s"``."""
+    v = fmt_num(value)
+    base = name if name.lower().endswith("/s") else name.rsplit("/", 1)[-1]
+    low = base.lower()
+    if low in ("throughput", "tps"):
+        return f"{v}/s" if low == "throughput" else f"{v} tok/s"
+    m = _PER_SECOND.match(base)
+    if m is not None and m.group("what"):
+        return f"{v} {clean(m.group('what'), 12)}/s"
+    return f"{v} {clean(base, 16)}"
 
 
 def _speed(model: RunModel, rate: float | None) -> str | None:
     store = model.view
     name = DEFAULT_ROLES.resolve(store.names()).get("throughput")
     s = store.get(name) if name else None
-    if s is not None and s.last is not None:
-        return f"{fmt_num(s.last)} {clean(name or '', 20).rsplit('/', 1)[-1]}"
+    if name and s is not None and s.last is not None:
+        return speed_text(name, s.last)
     if rate:
         return f"{fmt_num(rate)} steps/s" if rate >= 1 else f"{fmt_duration(1 / rate)}/step"
     return None
@@ -73,7 +111,7 @@ def _parts(info: HeaderInfo) -> list[tuple[int, list[tuple[str, str]]]]:
     parts: list[tuple[int, list[tuple[str, str]]]] = []
     run = clean(info.run, 40) + (f" +{info.runs - 1}" if info.runs > 1 else "")
     parts.append((0, [(run, "bold")]))
-    parts.append((0, [(f" {info.state} ", STATE_STYLE.get(info.state, "bold"))]))
+    parts.append((0, [(f" {info.state} ", state_style(info.state))]))
     if info.step is not None:
         step = [("step ", "dim"), (fmt_count(info.step), "bold")]
         if info.total:

@@ -12,6 +12,7 @@ newest data as fast as a 1 k-line one; the full history then streams in behind a
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import threading
@@ -70,6 +71,11 @@ class _Run:
     loaded: bool = False
     pending_mutes: list[str] = field(default_factory=list)
     engine_failed: bool = False
+    console_seen: bool = False
+    """The optional console file exists or did once (until then, its absence is not news)."""
+    complete_at_pass: int | None = None
+    """The follower's pass count when another thread first saw every byte read (see
+    :meth:`IngestService.check_loaded`)."""
 
 
 class IngestService:
@@ -123,6 +129,7 @@ class IngestService:
             run.targets[str(f)] = _size(f)
         if console is not None:
             run.targets[str(console)] = _size(console)
+            run.console_seen = console.exists()
         if preview and new_run and main is not None:
             self._preview(run, main)
         for f in files:
@@ -139,7 +146,9 @@ class IngestService:
                 self._routes[str(console)] = (run, "console", None)
             self._follower.follow_text(console)
         if new_run:
-            self._check_loaded(run)
+            # before the follower runs (or with nothing to read) no batch can be on its way;
+            # otherwise the follower's own callbacks decide (see check_loaded)
+            self._check_loaded(run, settled=not self._started or not any(run.targets.values()))
 
     def _new_engine(self, spec: RunSpec) -> Engine | None:
         if self._engine_factory is None:
@@ -195,6 +204,7 @@ class IngestService:
     def stop(self) -> None:
         """Stop the follower and join its threads (file watcher included)."""
         self._follower.stop(timeout=2.0)
+        _release_heap(self)
 
     # ------------------------------------------------------------------ UI-thread calls
     def mute(self, run_id: str, rule: str) -> None:
@@ -243,6 +253,7 @@ class IngestService:
         if route is None:
             return
         run = route[0]
+        run.console_seen = True
         with run.lock:
             alerts = self._guard(run, lambda e: e.feed_console(lines, first_line))
         self._post(ConsoleLines(run.spec.run_id, tuple(lines), first_line, tuple(alerts),
@@ -251,6 +262,12 @@ class IngestService:
 
     def _on_status(self, status: TailStatus) -> None:
         route = self._routes.get(status.path)
+        if route is not None and route[1] == "console":
+            run = route[0]
+            if status.state == "waiting" and not run.console_seen:
+                return  # console.log is optional: a run without one is normal, not a problem
+            if status.state != "waiting":
+                run.console_seen = True
         run_id = route[0].spec.run_id if route else ""
         self._post(SourceStatus(run_id, status.path, status.state, status.message))
 
@@ -287,22 +304,70 @@ class IngestService:
                 done += min(p.bytes_read, target)
         return done / total
 
-    def _check_loaded(self, run: _Run) -> None:
+    def _check_loaded(self, run: _Run, *, settled: bool = True) -> None:
+        """Post the run's load progress, and HistoryLoaded once its backlog is all handed on.
+
+        ``settled``: every byte counted as read has been handed on. True on the follower's
+        thread (it reads a chunk, then hands it on, then reads the next); not so on another
+        thread, which can see a chunk counted as read while its batch is still being parsed:
+        calling the run loaded then would make that batch of old records look live (arrived
+        just now, alerts ringing).
+        """
         if run.loaded:
             return
         fraction = self._fraction(run)
-        if fraction >= 1.0:
-            run.loaded = True
-            self._post(HistoryLoaded(run.spec.run_id))
-        else:
+        if fraction < 1.0:
+            run.complete_at_pass = None
             self._post(LoadProgress(run.spec.run_id, fraction))
+            return
+        if not settled:
+            # the pass that read the last byte has handed everything on once a later pass
+            # has begun (passes run one after the other on the follower's thread)
+            passes = self._follower.passes
+            if run.complete_at_pass is None or passes <= run.complete_at_pass:
+                if run.complete_at_pass is None:
+                    run.complete_at_pass = passes
+                return
+        run.loaded = True
+        self._post(HistoryLoaded(run.spec.run_id))
+        _settle_heap(self)
 
     def check_loaded(self) -> None:
-        """Backstop (called by the UI's clock): a backlog of blank lines posts no batch."""
+        """Backstop (called by the UI's clock): a backlog of blank lines posts no batch.
+
+        Runs on the UI thread, so it only calls a run loaded once the follower has started a
+        pass after the one that read the last byte (a second or two later)."""
         with self._lock:
             runs = list(self._runs.values())
         for run in runs:
-            self._check_loaded(run)
+            self._check_loaded(run, settled=False)
+
+
+_frozen_by: set[int] = set()
+_heap_lock = threading.Lock()
+
+
+def _settle_heap(owner: object) -> None:
+    """A backlog is loaded: move everything alive now out of the collector's way.
+
+    A full (generation 2) collection walks every object the process holds: the widget tree,
+    style caches, the loaded history's leftovers. That is 50-150 ms on a busy machine, and it
+    lands on whichever frame happens to allocate enough to trigger it: typically the one that
+    shows a new alert (measured with ``bench/tui.py``). Those objects live as long as the app,
+    so ``gc.freeze()`` parks them in the permanent generation and later collections only walk
+    what was allocated since. :func:`_release_heap` gives them back when the service stops.
+    """
+    with _heap_lock:
+        _frozen_by.add(id(owner))
+        gc.freeze()
+
+
+def _release_heap(owner: object) -> None:
+    with _heap_lock:
+        if id(owner) in _frozen_by:
+            _frozen_by.discard(id(owner))
+            if not _frozen_by:
+                gc.unfreeze()  # the app is going: its objects may be collected again
 
 
 def _size(path: Path) -> int:

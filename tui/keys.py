@@ -47,13 +47,17 @@ KEYS: tuple[Key, ...] = (
     Key("c", "c", "toggle_console", "Console", "Show / hide the console pane",
         scope="dashboard"),
     Key("r", "r", "runs", "Runs", "List the runs under PATH (enter opens, space overlays)"),
-    Key("k", "k", "stop_run", "Stop run", "Stop a run trainwatch started (SIGINT, then SIGTERM)",
-        footer=False, scope="dashboard"),
+    Key("n", "n", "new_run", "New run", "Start a run: pick a config, change lr / steps / fault, "
+        "or type a command line; the TUI follows it", footer=False),
+    Key("k", "k", "stop_run", "Stop run", "Stop a run trainwatch started (SIGINT, SIGTERM after "
+        "a grace period, then SIGKILL)", footer=False, scope="dashboard"),
     Key("R", "R", "restart_run", "Restart run", "Start a stopped supervised run again (same "
         "command, same run directory)", footer=False, scope="dashboard"),
+    Key("u", "u", "resume_run", "Resume run", "Resume a stopped trainer run from its newest "
+        "checkpoint (--resume)", footer=False, scope="dashboard"),
     Key("b", "b", "toggle_bell", "Bell", "Bell and desktop notifications on error alerts on/off",
         footer=False),
-    Key("q", "q", "quit", "Quit", "Quit (a supervised run keeps running)"),
+    Key("q", "q", "quit", "Quit", "Quit; a run started here may keep running (it asks)"),
 )
 
 

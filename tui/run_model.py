@@ -22,9 +22,9 @@ from trainwatch.tui.target import RunSpec
 _TOTAL_KEYS = ("max_steps", "total_steps", "num_steps", "steps", "max_iters", "max_iter",
                "iterations", "num_iterations", "train_steps", "total_iters")
 RATE_WINDOW_S = 300.0
+"""Throughput and ETA are measured over the last five minutes of records."""
 MAX_ALERTS = 10_000
 """Alerts kept per run (a rule firing all day must not grow memory without bound)."""
-"""Throughput and ETA are measured over the last five minutes of records."""
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,8 @@ class RunModel:
     last_time: float | None = None
     """Record time (the writer's clock) of the newest record."""
     last_arrival: float | None = None
-    """Our clock when the newest live record arrived."""
+    """Our clock when the newest live record arrived (None while every record we have was
+    already in the file when we opened it: then nothing says the run is still going)."""
     total_steps: int | None = None
     resets: int = 0
     """Times the main file started over (a new series may then reuse an old version number)."""
@@ -96,7 +97,9 @@ class RunModel:
         self.preview = SeriesStore(recent_points=self.recent_points)
         for b in batches:
             self.preview.ingest(b)
-            self._note_records(b)
+            # the file's end only: its first record is not the run's start (elapsed time waits
+            # for the history, which has the real first record or the run_start event)
+            self._note_records(b, start=False)
 
     def apply_batch(self, batch: RecordBatch, *, main: bool) -> set[str]:
         """Apply a batch; returns names whose drawing changed (none while the preview shows)."""
@@ -105,8 +108,12 @@ class RunModel:
                 self.ranks.add(batch.rank)
             return set()
         if batch.reset:
+            # the file starts over (rotated, re-created): what we knew of the old one is void
             self.resets += 1
             self.last_step = None
+            self.last_time = None
+            self.start_time = None
+            self.end = None
             self._samples.clear()
         changed = self.store.ingest(batch)
         self.malformed += len(batch.malformed)
@@ -130,16 +137,18 @@ class RunModel:
             del self.alerts[: len(self.alerts) - MAX_ALERTS]
         return new
 
-    def _note_records(self, b: RecordBatch) -> None:
+    def _note_records(self, b: RecordBatch, *, start: bool = True) -> None:
         if not b.n_records:
             return
         step, t = int(b.steps[-1]), float(b.times[-1])
         if self.last_step is None or step >= self.last_step or b.rewinds:
             self.last_step = step
-        if self.last_time is None or t >= self.last_time:
+        if math.isfinite(t) and (self.last_time is None or t >= self.last_time):
             self.last_time = t
-        if self.start_time is None:
-            self.start_time = float(b.times[0])
+        if start and self.start_time is None:
+            finite = b.times[np.isfinite(b.times)]
+            if finite.size:
+                self.start_time = float(finite[0])
         t_first, step_first = float(b.times[0]), int(b.steps[0])
         if math.isfinite(t) and math.isfinite(t_first):
             if self._samples and t_first < self._samples[-1][0]:
