@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -59,16 +59,29 @@ class Points:
     times: np.ndarray
     pos: np.ndarray
     """Global record index of each point (the engine sorts alerts by it)."""
+    _finite: Points | None = field(default=None, init=False, repr=False, compare=False)
+    """The finite points, once asked for (several rules ask for them on every frame)."""
 
     def __len__(self) -> int:
-        return int(self.values.shape[0])
+        return self.values.shape[0]
 
     def take(self, idx: np.ndarray | slice) -> Points:
         return Points(self.name, self.steps[idx], self.values[idx], self.times[idx], self.pos[idx])
 
     def finite(self) -> Points:
-        ok = np.isfinite(self.values)
-        return self if ok.all() else self.take(ok)
+        """The finite points (``self`` when all are), computed once per object."""
+        f = self._finite
+        if f is None:
+            ok = np.isfinite(self.values)
+            f = self if ok.all() else self.take(ok)
+            object.__setattr__(self, "_finite", f)
+            if f is not self:
+                object.__setattr__(f, "_finite", f)
+        return f
+
+    @property
+    def all_finite(self) -> bool:
+        return self.finite() is self
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,18 +202,16 @@ class Context:
             pts = frame.role(role)
             if pts is None or not len(pts):
                 continue
-            ok = np.isfinite(pts.values)
-            self.run_points[role] = self.run_points.get(role, 0) + int(np.count_nonzero(ok))
-            if ok[-HISTORY:].all():
-                tail = pts.take(slice(-HISTORY, None))
-            else:  # the last HISTORY *finite* values, wherever they are
-                tail = pts.take(np.flatnonzero(ok)[-HISTORY:])
+            fin = pts.finite()
+            n = len(fin)
+            self.run_points[role] = self.run_points.get(role, 0) + n
+            tail = fin if n <= HISTORY else fin.take(slice(-HISTORY, None))
             hp, hs, hv = self._hist.get(role, (_EMPTY_I, _EMPTY_I, _EMPTY_F))
             if len(tail) < HISTORY and hp.shape[0]:
                 self._hist[role] = (
-                    np.concatenate([hp, tail.pos])[-HISTORY:],
-                    np.concatenate([hs, tail.steps])[-HISTORY:],
-                    np.concatenate([hv, tail.values])[-HISTORY:],
+                    np.concatenate((hp, tail.pos))[-HISTORY:],
+                    np.concatenate((hs, tail.steps))[-HISTORY:],
+                    np.concatenate((hv, tail.values))[-HISTORY:],
                 )
             else:
                 self._hist[role] = (tail.pos, tail.steps, tail.values)

@@ -15,6 +15,7 @@ once per frame and hands the same value to all of them.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -50,10 +51,9 @@ class BlockStream:
 
     def reset(self) -> None:
         self._v = np.empty(0)
-        self._s = np.empty(0, dtype=np.int64)
-        self._t = np.empty(0)
-        self._p = np.empty(0, dtype=np.int64)
-        self._rel: list[float] = []
+        """Values of the block under way (fewer than k): its last point is still to come, so
+        only the values are carried; step, time and record come from the point that ends it."""
+        self._rel = np.empty(0)
         """Relative standard errors of the last NOISE_BLOCKS - 1 blocks."""
         self.count = 0
         """Blocks completed since the last reset."""
@@ -61,44 +61,87 @@ class BlockStream:
     def push(self, pts: Points) -> Blocks:
         """Add finite points; returns the blocks they complete."""
         k = self.k
-        if len(self._v):
-            v = np.concatenate([self._v, pts.values])
-            s = np.concatenate([self._s, pts.steps])
-            t = np.concatenate([self._t, pts.times])
-            p = np.concatenate([self._p, pts.pos])
-        else:
-            v, s, t, p = pts.values, pts.steps, pts.times, pts.pos
+        c = self._v.shape[0]
+        v = np.concatenate((self._v, pts.values)) if c else pts.values
         n = (v.shape[0] // k) * k
-        self._v, self._s, self._t, self._p = v[n:], s[n:], t[n:], p[n:]
+        self._v = v[n:]
         if n == 0:
             return _EMPTY
-        rows = np.sort(v[:n].reshape(-1, k), axis=1)
-        med = np.asarray(median_sorted(rows), dtype=np.float64)
-        dev = np.sort(np.abs(rows - med[:, None]), axis=1)
-        mad = np.asarray(median_sorted(dev), dtype=np.float64)
+        rows = v[:n].reshape(-1, k)
+        rows = np.sort(rows, axis=1)
+        med = rows[:, (k - 1) // 2] + rows[:, k // 2]
+        med *= 0.5  # = median_sorted(rows), in place
+        dev = rows - med[:, None]
+        np.abs(dev, out=dev)
+        dev.sort(axis=1)
+        mad = dev[:, (k - 1) // 2] + dev[:, k // 2]
+        mad *= 0.5
         absmed = np.abs(med)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            rel = np.where(absmed > 0, self.se * mad / absmed, 0.0)
-        rel[~np.isfinite(rel)] = 0.0
+        if absmed.min() > 0:
+            rel = self.se * mad / absmed
+        else:
+            rel = np.zeros(med.shape[0])
+            np.divide(self.se * mad, absmed, out=rel, where=absmed > 0)
+        if not np.isfinite(rel.sum()):  # (a huge MAD over a tiny median: treated as no noise)
+            rel[~np.isfinite(rel)] = 0.0
         noise = self._rolling(rel)
-        last = np.arange(k - 1, n, k)
-        self.count += med.shape[0]
-        return Blocks(med, mad, noise, s[last], t[last], p[last])
+        nb = med.shape[0]
+        self.count += nb
+        # block j ends at the new point k - c - 1 + j k (the carried ones are fewer than k)
+        last = slice(k - c - 1, k - c - 1 + nb * k, k)
+        return Blocks(med, mad, noise, pts.steps[last], pts.times[last], pts.pos[last])
 
     def _rolling(self, rel: np.ndarray) -> np.ndarray:
         """Median of each block's and the previous NOISE_BLOCKS - 1 blocks' values."""
         w = NOISE_BLOCKS
         hist = self._rel
-        seq = np.concatenate([np.asarray(hist, dtype=np.float64), rel])
         h = len(hist)
+        seq = np.concatenate((hist, rel)) if h else rel
         out = np.empty(rel.shape[0])
         short = min(rel.shape[0], max(0, w - 1 - h))  # the first blocks after a reset
-        for i in range(short):
-            out[i] = small_median(seq[: h + i + 1].tolist())
+        if short:
+            head = seq[: h + short].tolist()
+            for i in range(short):
+                out[i] = small_median(head[: h + i + 1])
         if short < rel.shape[0]:
-            out[short:] = median_sorted(np.sort(windows(seq, w)[h + short - w + 1:], axis=1))
-        self._rel = seq[-(w - 1):].tolist()
+            rows = np.sort(windows(seq, w)[h + short - w + 1:], axis=1)
+            out[short:] = rows[:, (w - 1) // 2] + rows[:, w // 2]
+            out[short:] *= 0.5
+        self._rel = seq[-(w - 1):]
         return out
+
+
+_MAX_BACKOFF = 64
+
+
+def drive(n: int, ready: Callable[[], bool], fast: Callable[[int], int],
+          slow: Callable[[int], None]) -> None:
+    """Take blocks ``0..n-1`` in order: runs of quiet blocks in one vectorised step, the others
+    one by one.
+
+    ``fast(i)`` takes the quiet blocks from ``i`` on and returns how many it took (it stops before
+    the first block that may fire or change a mode); ``slow(i)`` is the per-block reference;
+    ``ready()`` says, without numpy work, whether the rule's state allows the fast step (warm-up
+    over, no episode under way). The fast step is tried again right after the block it stopped
+    at, so a warm-up or one odd block does not send the rest of a long frame down the slow path;
+    when it declines outright it waits 1, 2, 4 ... 64 blocks before the next try, so a long
+    anomaly costs a few tries, not one per block.
+    """
+    i = 0
+    wait, backoff = 0, 1
+    while i < n:
+        if wait <= 0 and ready():
+            k = fast(i)
+            if k:
+                i += k
+                backoff = 1
+                if i >= n:
+                    return
+            else:
+                wait, backoff = backoff, min(2 * backoff, _MAX_BACKOFF)
+        slow(i)
+        i += 1
+        wait -= 1
 
 
 def shared_blocks(ctx: Context, frame: Frame, role: str, k: int) -> Blocks:

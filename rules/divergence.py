@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from trainwatch.rules.base import Context, Frame, Hit, Rule, fmt, pct, r6
-from trainwatch.rules.blocks import Blocks, shared_blocks
+from trainwatch.rules.blocks import Blocks, drive, shared_blocks
 from trainwatch.rules.models import DivergenceConfig
 from trainwatch.rules.stats import median
 
@@ -41,55 +41,62 @@ class DivergenceRule(Rule):
         b = shared_blocks(self.ctx, frame, "loss", self.cfg.window)
         if not len(b):
             return []
-        cfg: DivergenceConfig = self.cfg
         hits: list[Hit] = []
-        k = self._quiet_prefix(b)
-        for i, (med, noise) in enumerate(zip(b.med.tolist(), b.noise.tolist())):
-            if i < k:
-                continue
-            self.nblk += 1
-            if self.best is None or self.nblk <= cfg.warmup_windows:
-                self.best = med if self.best is None else min(self.best, med)
-                if self.best == med:
-                    self.best_step = int(b.step[i])
-                continue
-            best = self.best
-            rise = max(cfg.rise, cfg.noise_factor * noise)
-            up = med >= best + rise * abs(best)
-            capped = cfg.cap is not None and med > cfg.cap
-            err = capped or med >= best + cfg.error_rise * abs(best)
-            if up or capped:
-                self.up += 1
-                self.quiet = 0
-            else:
-                self.up = 0
-                self.quiet += 1
-                if self.active and self.quiet >= 2:
-                    self.active = False
-            kind = None
-            if not self.active and (self.up >= cfg.windows or err):
-                kind = "error" if err else cfg.severity
-                self.active, self.escalated = True, err
-            elif self.active and not self.escalated and err:
-                kind, self.escalated = "error", True
-            if kind is not None:
-                hits.append(self._fire(frame, b, i, med, best, kind, capped))
-            if med < best:
-                self.best, self.best_step = med, int(b.step[i])
+        meds, noises = b.med.tolist(), b.noise.tolist()
+
+        def slow(i: int) -> None:
+            hit = self._block(frame, b, i, meds[i], noises[i])
+            if hit is not None:
+                hits.append(hit)
+
+        drive(len(b), self._ready, lambda i: self._quiet_prefix(b, i), slow)
         return hits
 
-    def _quiet_prefix(self, b: Blocks) -> int:
-        """Take in one step the leading blocks with no rise (the common case), as the loop
-        would. Returns how many were taken."""
-        if not self.fast:
-            return 0
+    def _block(self, frame: Frame, b: Blocks, i: int, med: float, noise: float) -> Hit | None:
+        """One block, the reference."""
         cfg: DivergenceConfig = self.cfg
-        n = len(b)
-        if self.best is None or self.nblk < cfg.warmup_windows or n == 0:
-            return 0
-        med = b.med
+        self.nblk += 1
+        if self.best is None or self.nblk <= cfg.warmup_windows:
+            self.best = med if self.best is None else min(self.best, med)
+            if self.best == med:
+                self.best_step = int(b.step[i])
+            return None
+        best = self.best
+        rise = max(cfg.rise, cfg.noise_factor * noise)
+        up = med >= best + rise * abs(best)
+        capped = cfg.cap is not None and med > cfg.cap
+        err = capped or med >= best + cfg.error_rise * abs(best)
+        if up or capped:
+            self.up += 1
+            self.quiet = 0
+        else:
+            self.up = 0
+            self.quiet += 1
+            if self.active and self.quiet >= 2:
+                self.active = False
+        kind = None
+        if not self.active and (self.up >= cfg.windows or err):
+            kind = "error" if err else cfg.severity
+            self.active, self.escalated = True, err
+        elif self.active and not self.escalated and err:
+            kind, self.escalated = "error", True
+        hit = None if kind is None else self._fire(frame, b, i, med, best, kind, capped)
+        if med < best:
+            self.best, self.best_step = med, int(b.step[i])
+        return hit
+
+    def _ready(self) -> bool:
+        """Whether the state allows :meth:`_quiet_prefix` (checked without numpy work)."""
+        return self.fast and self.best is not None and self.nblk >= self.cfg.warmup_windows
+
+    def _quiet_prefix(self, b: Blocks, i: int) -> int:
+        """Take in one step the blocks from ``i`` on with no rise (the common case), as
+        :meth:`_block` would. Returns how many were taken."""
+        cfg: DivergenceConfig = self.cfg
+        med = b.med[i:]
+        n = med.shape[0]
         best = np.minimum.accumulate(np.concatenate(([self.best], med)))[:-1]
-        rise = np.maximum(cfg.rise, cfg.noise_factor * b.noise)
+        rise = np.maximum(cfg.rise, cfg.noise_factor * b.noise[i:])
         bad = (med >= best + rise * np.abs(best)) | (med >= best + cfg.error_rise * np.abs(best))
         if cfg.cap is not None:
             bad |= med > cfg.cap
@@ -103,7 +110,7 @@ class DivergenceRule(Rule):
                 self.active = False
             j = int(np.argmin(med[:k]))
             if med[j] < self.best:
-                self.best, self.best_step = float(med[j]), int(b.step[j])
+                self.best, self.best_step = float(med[j]), int(b.step[i + j])
         return k
 
     def _fire(self, frame: Frame, b: Blocks, i: int, med: float, best: float, severity: str,

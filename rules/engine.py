@@ -1,7 +1,8 @@
 """The rule engine: feeds batches to every enabled rule and collects their alerts.
 
     engine = RuleEngine(load_rules_config(), live=True)
-    alerts = engine.feed(batch)          # main metric stream, batches in order
+    alerts = engine.feed(batch, now=time.time())  # main metric stream, batches in order; now:
+                                                  # when they arrived (live stalls), optional
     alerts = engine.feed_rank(3, batch)  # per-rank streams
     alerts = engine.feed_console(lines, first_line)
     alerts = engine.tick(time.time())    # live: a silent stream
@@ -121,13 +122,24 @@ class RuleEngine:
         self._muted.discard(rule_id)
 
     # ------------------------------------------------------------------ feeding
-    def feed(self, batch: RecordBatch) -> list[Alert]:
-        """The main metric stream, batches in order."""
+    def feed(self, batch: RecordBatch, now: float | None = None) -> list[Alert]:
+        """The main metric stream, batches in order.
+
+        ``now``: when the batch arrived, on the clock :meth:`tick` is given. Live, a silence is
+        then measured from the last record's arrival, not from its own timestamp (a writer's
+        clock may be skewed, or an old log replayed). Without it, the timestamps serve (as they
+        do in a backfill, and in :meth:`finish`)."""
         if batch.reset:
             self._build()
         n = batch.n_records
         if n == 0:
             return []
+        out = self._feed(batch, n)
+        if self.live and self._stream is not None:
+            self._stream.arrived(now)
+        return out
+
+    def _feed(self, batch: RecordBatch, n: int) -> list[Alert]:
         if not self._names.issuperset(batch.series):
             self._names.update(batch.series)
             self._roles = self.cfg.roles.resolve(self._names)
@@ -157,8 +169,9 @@ class RuleEngine:
         self.last_time = float(batch.times[-1])
         return out
 
-    def feed_rank(self, rank: int, batch: RecordBatch) -> list[Alert]:
-        """One rank's stream (``metrics.rank{N}.jsonl``): ``rank_straggler``."""
+    def feed_rank(self, rank: int, batch: RecordBatch, now: float | None = None) -> list[Alert]:
+        """One rank's stream (``metrics.rank{N}.jsonl``): ``rank_straggler``. ``now`` (arrival
+        time) is accepted as :meth:`feed` takes it; the rank rules do not read the clock."""
         if "rank_straggler" not in self._enabled:
             return []
         return self._record(self._straggler.feed(rank, batch))
@@ -239,25 +252,30 @@ class RuleEngine:
         whole = lo == 0 and hi == batch.n_records
         base = batch.first_record
         series: dict[str, Points] = {}
+        got = batch.series
         for name in self._wanted:
-            ch = batch.series.get(name)
+            ch = got.get(name)
             if ch is None:
                 continue
             rows, steps, values, times = ch.rows, ch.steps, ch.values, ch.times
             if not whole:
-                a, b = np.searchsorted(rows, [lo, hi])
-                rows, steps, values, times = rows[a:b], steps[a:b], values[a:b], times[a:b]
-                if not rows.shape[0]:
+                a, b = np.searchsorted(rows, (lo, hi)).tolist()
+                if a == b:
                     continue
-            series[name] = Points(name, steps, values, times, rows.astype(np.int64) + base)
+                rows, steps, values, times = rows[a:b], steps[a:b], values[a:b], times[a:b]
+            series[name] = Points(name, steps, values, times, np.add(rows, base, dtype=np.int64))
         is_event = np.zeros(hi - lo, dtype=bool)
         events: tuple[Event, ...] = ()
         if ev_rows.shape[0]:
-            inside = [(int(r), ev) for r, ev in zip(ev_rows.tolist(), batch.events)
-                      if lo <= r < hi]
-            for r, _ev in inside:
-                is_event[r - lo] = True
-            events = tuple(ev for _r, ev in inside)
+            if whole and int(ev_rows.min()) >= 0:  # every event placed, all inside
+                is_event[ev_rows] = True
+                events = batch.events
+            else:
+                inside = [(r, ev) for r, ev in zip(ev_rows.tolist(), batch.events)
+                          if lo <= r < hi]
+                for r, _ev in inside:
+                    is_event[r - lo] = True
+                events = tuple(ev for _r, ev in inside)
         return Frame(
             segment=int(batch.segments[lo]),
             roles=self._roles,
@@ -275,13 +293,21 @@ def _event_rows(batch: RecordBatch) -> np.ndarray:
     that no series and no note covers (as are records with no usable value, rarely): when the
     counts agree they map one to one, else each event takes the next such record with its
     step and time."""
+    n_ev = len(batch.events)
     covered = np.zeros(batch.n_records, dtype=bool)
-    for ch in batch.series.values():
-        covered[ch.rows] = True
     for row, _f in batch.notes:
         covered[row] = True
-    cand = np.flatnonzero(~covered)
-    if cand.shape[0] == len(batch.events):
+    # the series on most records usually leaves exactly the events uncovered: events are never
+    # covered, so when the counts agree the others need not be marked
+    chunks = sorted(batch.series.values(), key=len, reverse=True)
+    if chunks:
+        covered[chunks[0].rows] = True
+    cand = (~covered).nonzero()[0]
+    if cand.shape[0] != n_ev and len(chunks) > 1:
+        for ch in chunks[1:]:
+            covered[ch.rows] = True
+        cand = (~covered).nonzero()[0]
+    if cand.shape[0] == n_ev:
         return cand.astype(np.int64)
     rows: list[int] = []
     j, c = 0, cand.tolist()

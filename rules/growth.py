@@ -32,9 +32,29 @@ class Evals:
     times: np.ndarray
     end: np.ndarray
     """Index (into the arrays above) of each evaluated window's last point."""
-    pre: np.ndarray
-    """Quick growth estimate of each window (last fifth's median over the first fifth's, - 1)."""
     window: int
+
+    @property
+    def q(self) -> int:
+        """Points in the first and last fifth the quick estimate compares."""
+        return max(2, self.window // 5)
+
+    def growth(self, flat_from: int | None = None, mask: np.ndarray | None = None) -> np.ndarray:
+        """Quick growth estimate of each window (last fifth's median over the first fifth's,
+        - 1), computed only where ``mask`` is set and the window starts before ``flat_from``
+        (see :func:`flat_from`); 0 elsewhere (the caller knows it cannot matter there)."""
+        n = self.end.shape[0]
+        first = self.end - self.window + 1
+        sel = np.ones(n, dtype=bool) if mask is None else mask.copy()
+        if flat_from is not None:
+            sel &= first < flat_from
+        out = np.zeros(n)
+        k = int(np.count_nonzero(sel))
+        if k == n:
+            return quick_growth(self.values, first, self.end - self.q + 1, self.q)
+        if k:
+            out[sel] = quick_growth(self.values, first[sel], self.end[sel] - self.q + 1, self.q)
+        return out
 
     def window_at(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         e = int(self.end[k])
@@ -59,6 +79,29 @@ def quick_growth(values: np.ndarray, first: np.ndarray, last: np.ndarray, q: int
     return g
 
 
+def flat_from(values: np.ndarray, bar: float) -> int:
+    """The first index from which the values stay positive and within ``bar`` of their minimum
+    (``max - min < bar * min``, with a 0.1 % margin for rounding); ``len(values)`` if even the
+    last one is not positive.
+
+    Every window inside that flat tail has a quick growth (a ratio of two medians of its values)
+    below ``bar``, so a rule whose bar it is need not compute it there: on a steady series this
+    skips nearly every evaluation for a few array passes.
+    """
+    n = values.shape[0]
+    if n == 0:
+        return 0
+    rel = bar * 0.999
+    lo, hi = float(values.min()), float(values.max())
+    if lo > 0 and hi - lo < rel * lo:
+        return 0
+    rv = values[::-1]
+    smin = np.minimum.accumulate(rv)
+    ok = (np.maximum.accumulate(rv) - smin < rel * smin) & (smin > 0)
+    # a shorter tail has a smaller range and a larger minimum: ok holds from some index on
+    return n - int(np.count_nonzero(ok))
+
+
 @dataclass(frozen=True)
 class Pushed:
     """A ring's recent points followed by the frame's, ready for evaluation schedules."""
@@ -72,12 +115,11 @@ class Pushed:
     c0: int
     """Points pushed (since the last reset) before this frame's."""
 
-    def evals(self, window: int, every: int, warmup: int, *, pre: bool = True) -> Evals:
+    def evals(self, window: int, every: int, warmup: int) -> Evals:
         """Windows of ``window`` points ending every ``every`` points after ``warmup`` points.
 
         The point with count c (1-based since the reset) ends a window when
-        c >= warmup + window and (c - warmup - window) is a multiple of ``every``. With
-        ``pre=False`` the quick growth estimates are left at 0 (the caller knows none matters).
+        c >= warmup + window and (c - warmup - window) is a multiple of ``every``.
         """
         m = self.values.shape[0] - self.n_old
         first_c = warmup + window
@@ -85,10 +127,7 @@ class Pushed:
         start += (-(start - first_c)) % every
         c = np.arange(start, self.c0 + m + 1, every)
         end = c - self.c0 - 1 + self.n_old
-        q = max(2, window // 5)
-        growth = (quick_growth(self.values, end - window + 1, end - q + 1, q) if pre
-                  else np.zeros(end.shape[0]))
-        return Evals(self.steps, self.values, self.pos, self.times, end, growth, window)
+        return Evals(self.steps, self.values, self.pos, self.times, end, window)
 
 
 class TrendTrack:
@@ -104,6 +143,24 @@ class TrendTrack:
         self._v = np.empty(0)
         self._p = np.empty(0, dtype=np.int64)
         self._t = np.empty(0)
+
+    def minmax(self, pts: Points) -> tuple[float, float] | None:
+        """(min, max) of the carried values and ``pts``' (None when there are none), without
+        building the pushed arrays."""
+        parts = [a for a in (self._v, pts.values) if a.shape[0]]
+        if not parts:
+            return None
+        return min(float(a.min()) for a in parts), max(float(a.max()) for a in parts)
+
+    def advance(self, pts: Points) -> None:
+        """:meth:`push` when nothing will be evaluated: only the carried tail moves on."""
+        n, k = len(pts), self.keep
+        if n >= k:
+            self._s, self._v, self._p, self._t = (pts.steps[-k:], pts.values[-k:],
+                                                  pts.pos[-k:], pts.times[-k:])
+            self.count += n
+        elif n:
+            self.push(pts)
 
     def push(self, pts: Points) -> Pushed:
         n_old = self._v.shape[0]
@@ -121,9 +178,11 @@ class TrendTrack:
         return out
 
 
-def span_growth(ev: Evals, other: Pushed | None, q: int, min_points: int) -> np.ndarray:
+def span_growth(ev: Evals, other: Pushed | None, q: int, min_points: int,
+                flat: int | None = None) -> np.ndarray:
     """For each evaluation of ``ev``, the quick growth of ``other``'s points within the same step
-    span (NaN where ``other`` has fewer than ``min_points`` there)."""
+    span (NaN where ``other`` has fewer than ``min_points`` there; 0 where the span starts at or
+    after ``other``'s index ``flat``, see :func:`flat_from`)."""
     n = ev.end.shape[0]
     if other is None or n == 0 or other.values.shape[0] == 0:
         return np.full(n, np.nan)
@@ -133,6 +192,9 @@ def span_growth(ev: Evals, other: Pushed | None, q: int, min_points: int) -> np.
     hi = np.searchsorted(other.pos, ev.pos[ev.end], side="right")
     ok = (hi - lo) >= max(min_points, q)
     out = np.full(n, np.nan)
+    if flat is not None:
+        out[ok & (lo >= flat)] = 0.0
+        ok &= lo < flat
     if ok.any():
         out[ok] = quick_growth(other.values, lo[ok], hi[ok] - q, q)
     return out

@@ -12,7 +12,7 @@ from collections import deque
 import numpy as np
 
 from trainwatch.rules.base import Context, Frame, Hit, Points, Rule, fmt, pct, r6
-from trainwatch.rules.blocks import shared_blocks
+from trainwatch.rules.blocks import Blocks, shared_blocks
 from trainwatch.rules.models import LrConfig
 from trainwatch.rules.stats import true_runs
 
@@ -47,8 +47,21 @@ class LrExhaustedRule(Rule):
         if f is not None and len(f):
             v = f.values
             m = v.shape[0]
+            peak_i = np.maximum.accumulate(v)
+            np.maximum(peak_i, self.peak, out=peak_i)
+            if self.frun == 0 and self._quiet(v, peak_i):
+                # above the floor and above ~0 throughout, no run carried in: nothing can fire,
+                # and the runs and their flags are all off at the end
+                if not self.start_fired and self.n < cfg.start_points:
+                    hits.extend(self._start_check(f))
+                if len(lb):
+                    self._keep_loss(lb)
+                self.zrun, self.zfired, self.frun, self.ffired = 0, False, 0, False
+                self.n += m
+                self.peak = float(peak_i[-1])
+                self.last_lr = float(v[-1])
+                return hits
             n_i = self.n + np.arange(1, m + 1)
-            peak_i = np.maximum(self.peak, np.maximum.accumulate(v))
             hits.extend(self._start_and_zero(f, n_i, peak_i))
             fl = (v <= cfg.floor_ratio * peak_i) & (v > np.maximum(cfg.zero, cfg.zero_ratio * peak_i))
             F, fid = true_runs(fl, self.frun)
@@ -61,7 +74,7 @@ class LrExhaustedRule(Rule):
         fired_f = {0} if self.ffired else set()
         floor_now = self.frun > 0 or bool(F.shape[0] and F.any())
         if len(lb) and not floor_now:  # the LR was never at its floor here: keep the history
-            self.loss_hist.extend(zip(lb.med.tolist(), lb.step.tolist()))
+            self._keep_loss(lb)
         elif len(lb):
             ks = (np.searchsorted(f.pos, lb.pos, side="right") - 1 if f is not None
                   else np.full(len(lb), -1))
@@ -102,14 +115,8 @@ class LrExhaustedRule(Rule):
         cfg: LrConfig = self.cfg
         v = f.values
         hits: list[Hit] = []
-        # zero from the start
         if not self.start_fired and self.n < cfg.start_points:
-            head = v[: cfg.start_points - self.n]
-            if np.any(head > cfg.zero):
-                self.all_zero = False
-            elif self.all_zero and self.n + head.shape[0] == cfg.start_points:
-                self.start_fired = True
-                hits.append(self._start(f, head.shape[0] - 1))
+            hits.extend(self._start_check(f))
         # ~0 for a sizeable part of the run: once per run of ~0 points
         z = v <= np.maximum(cfg.zero, cfg.zero_ratio * peak_i)
         Z, zid = true_runs(z, self.zrun)
@@ -128,6 +135,29 @@ class LrExhaustedRule(Rule):
             self.zrun_start = int(f.steps[zstarts[int(zid[-1]) - 1]])
         self.zrun = int(Z[-1])
         return hits
+
+    def _keep_loss(self, lb: Blocks) -> None:
+        """Add the loss blocks to the history (only the last ``maxlen`` can stay in it)."""
+        keep = -(self.loss_hist.maxlen or 0) or None
+        self.loss_hist.extend(zip(lb.med[keep:].tolist(), lb.step[keep:].tolist()))
+
+    def _quiet(self, v: np.ndarray, peak_i: np.ndarray) -> bool:
+        """Every point is above its floor and above ~0: no run of either starts here."""
+        cfg: LrConfig = self.cfg
+        thr = peak_i * max(cfg.floor_ratio, cfg.zero_ratio)
+        np.maximum(thr, cfg.zero, out=thr)
+        return not np.count_nonzero(v <= thr)
+
+    def _start_check(self, f: Points) -> list[Hit]:
+        """Zero from the start: the first ``start_points`` points all ~0."""
+        cfg: LrConfig = self.cfg
+        head = f.values[: cfg.start_points - self.n]
+        if np.any(head > cfg.zero):
+            self.all_zero = False
+        elif self.all_zero and self.n + head.shape[0] == cfg.start_points:
+            self.start_fired = True
+            return [self._start(f, head.shape[0] - 1)]
+        return []
 
     # ------------------------------------------------------------------ alerts
     def _start(self, f: Points, i: int) -> Hit:

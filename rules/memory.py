@@ -16,7 +16,14 @@ import numpy as np
 
 from trainwatch.rules.base import Context, Frame, Hit, Points, Rule, fmt, make_hit, pct, r6
 from trainwatch.rules.episode import START, START_ESCALATED, Episode
-from trainwatch.rules.growth import Evals, Pushed, TrendTrack, span_growth, span_trend
+from trainwatch.rules.growth import (
+    Evals,
+    Pushed,
+    TrendTrack,
+    flat_from,
+    span_growth,
+    span_trend,
+)
 from trainwatch.rules.models import DetachConfig, MemoryConfig
 
 DETACH_CAUSES = [
@@ -69,41 +76,54 @@ class GrowthAnalysis:
         time_pts = _finite(frame.role("step_time"))
         mem_pts = _finite(frame.role("memory"))
         has_mem = frame.roles.get("memory") is not None
-        tp = self.time_track.push(time_pts)
-        mp = self.mem_track.push(mem_pts)
         # skip quickly when nothing is near a threshold: memory that stays within half the
         # smallest growth bar over every window this frame ends cannot rise in any of them
+        mm = self.mem_track.minmax(mem_pts) if has_mem else None
+        flat = mm is not None and mm[1] - mm[0] < min(
+            mem.min_growth, det.memory_min_growth) / 2 * abs(mm[0])
+        probe_hits = self._probe(frame) if det.enabled else []
+        graph = self._graph_points(frame) if det.enabled else None
+        if flat and not self.mem_active and not probe_hits and graph is None:
+            # no trend can be tested, memory cannot rise: the tracks only move on
+            self.time_track.advance(time_pts)
+            self.mem_track.advance(mem_pts)
+            return {}
+        tp = self.time_track.push(time_pts)
+        mp = self.mem_track.push(mem_pts)
         mv = mp.values
-        flat = has_mem and mv.shape[0] > 0 and bool(
-            mv.max() - mv.min() < min(mem.min_growth, det.memory_min_growth) / 2 * abs(mv.min()))
-        ev_t = tp.evals(det.window, det.every, det.warmup_points,
-                        pre=not (flat or self.trend_fired))
-        ev_m = mp.evals(mem.window, mem.every, mem.warmup_points,
-                        pre=not flat or self.mem_active)
+        ev_t = tp.evals(det.window, det.every, det.warmup_points)
+        ev_m = mp.evals(mem.window, mem.every, mem.warmup_points)
+        # windows inside a steady tail cannot pass the quick growth bars (half the exact ones):
+        # their estimates are not computed (see flat_from)
+        m_flat = -1 if flat or not mv.shape[0] else flat_from(
+            mv, min(mem.min_growth, det.memory_min_growth) / 2)
         events: list[tuple[int, int, str, int]] = []  # (pos, order, kind, index)
-        probe_hits: list[Hit] = []
         if det.enabled:
-            probe_hits = self._probe(frame)
             events += [(h.pos, 0, "probe", i) for i, h in enumerate(probe_hits)]
             if ev_t.end.shape[0] and not self.trend_fired and not flat:
                 if has_mem:
-                    pre_m = span_growth(ev_t, mp, max(2, det.window // 5), 5)
-                    cand = (ev_t.pre >= det.time_min_growth / 2) & (pre_m >= det.memory_min_growth / 2)
+                    # both must rise: the step time's estimate only where memory's passes
+                    pre_m = span_growth(ev_t, mp, ev_t.q, 5, m_flat)
+                    cand = pre_m >= det.memory_min_growth / 2
+                    if cand.any():
+                        cand &= ev_t.growth(mask=cand) >= det.time_min_growth / 2
                 elif det.time_only:
-                    cand = ev_t.pre >= det.time_only_growth / 2
+                    t_flat = flat_from(tp.values, det.time_only_growth / 2)
+                    cand = ev_t.growth(t_flat) >= det.time_only_growth / 2
                 else:
                     cand = np.zeros(ev_t.end.shape[0], dtype=bool)
                 events += [(int(ev_t.pos[ev_t.end[k]]), 1, "trend", k)
                            for k in np.flatnonzero(cand).tolist()]
-            ev_g = self._graph_evals(frame)
+            ev_g = None if graph is None else self.graph_track.push(graph).evals(
+                det.graph_window, 1, 0)
             if ev_g is not None and ev_g.end.shape[0] and not self.trend_fired:
-                cand = ev_g.pre >= det.graph_min_growth / 2
+                cand = ev_g.growth() >= det.graph_min_growth / 2
                 events += [(int(ev_g.pos[ev_g.end[k]]), 2, "graph", k)
                            for k in np.flatnonzero(cand).tolist()]
         else:
             ev_g = None
         if mem.enabled and ev_m.end.shape[0] and (self.mem_active or not flat):
-            pre = ev_m.pre >= mem.min_growth / 2
+            pre = ev_m.growth(None if m_flat < 0 else m_flat) >= mem.min_growth / 2
             if pre.any() or self.mem_active:
                 events += [(int(ev_m.pos[ev_m.end[k]]), 3, "mem" if pre[k] else "mem_ok", k)
                            for k in range(ev_m.end.shape[0])]
@@ -159,12 +179,11 @@ class GrowthAnalysis:
                 causes=[(DETACH_CAUSES[0][0], 0.95), DETACH_CAUSES[1]], fixes=DETACH_FIXES))
         return hits
 
-    def _graph_evals(self, frame: Frame) -> Evals | None:
+    def _graph_points(self, frame: Frame) -> Points | None:
+        """The finite points of the first graph-size series the frame has."""
         pts = next((frame.metric(n) for n in self.det.graph_metrics
                     if frame.metric(n) is not None), None)
-        if pts is None:
-            return None
-        return self.graph_track.push(_finite(pts)).evals(self.det.graph_window, 1, 0)
+        return None if pts is None else _finite(pts)
 
     def _trend(self, frame: Frame, ev_t: Evals, ev_dm: Pushed | None, k: int) -> Hit | None:
         det = self.det

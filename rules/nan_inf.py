@@ -31,6 +31,7 @@ class NanInfRule(Rule):
     def __init__(self, cfg: NanInfConfig, ctx: Context) -> None:
         super().__init__(cfg, ctx)
         self.episode = Episode(cfg.rearm_points, cfg.cooldown_steps, 0)
+        self._roles = sorted(cfg.roles, key=lambda r: _ORDER.index(r) if r in _ORDER else 9)
 
     def rewind(self) -> None:
         self.episode.reset()
@@ -39,7 +40,7 @@ class NanInfRule(Rule):
         cfg: NanInfConfig = self.cfg
         out: list[tuple[str, Points]] = []
         seen: set[str] = set()
-        for role in sorted(cfg.roles, key=lambda r: _ORDER.index(r) if r in _ORDER else 9):
+        for role in self._roles:
             pts = frame.role(role)
             if pts is not None and len(pts) and pts.name not in seen:
                 out.append((role, pts))
@@ -55,12 +56,12 @@ class NanInfRule(Rule):
         watched = self._watched(frame)
         if not watched:
             return []
-        bad = [~np.isfinite(p.values) for _r, p in watched]
-        if not any(b.any() for b in bad):
+        if all(p.all_finite for _r, p in watched):  # (cached: other rules ask too)
             if self.episode.active:
                 n = np.unique(np.concatenate([p.pos for _r, p in watched])).shape[0]
                 self.episode.normal(int(n))
             return []
+        bad = [~np.isfinite(p.values) for _r, p in watched]
         # one row per record carrying any watched series
         all_pos = np.concatenate([p.pos for _r, p in watched])
         rec_pos, first = np.unique(all_pos, return_index=True)

@@ -51,12 +51,14 @@ class OverfitRule(Rule):
             return []
         val = val.finite()
         hits: list[Hit] = []
-        bpos = b.pos
-        for i, v in enumerate(val.values.tolist()):
-            pos, step = int(val.pos[i]), int(val.steps[i])
-            k = int(np.searchsorted(bpos, pos, side="right"))
+        # the latest train block completed at or before each evaluation's record
+        ks = np.searchsorted(b.pos, val.pos, side="right").tolist() if len(b) else None
+        meds = b.med.tolist()
+        for i, (v, pos, step) in enumerate(zip(val.values.tolist(), val.pos.tolist(),
+                                               val.steps.tolist())):
+            k = ks[i] if ks is not None else 0
             if k:
-                self.train_now = float(b.med[k - 1])
+                self.train_now = meds[k - 1]
             hit = self._eval(frame, val, i, v, pos, step)
             if hit is not None:
                 hits.append(hit)

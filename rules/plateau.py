@@ -18,7 +18,7 @@ from collections import deque
 import numpy as np
 
 from trainwatch.rules.base import Context, Frame, Hit, Points, Rule, fmt, fmt3, pct, r6
-from trainwatch.rules.blocks import Blocks, shared_blocks
+from trainwatch.rules.blocks import Blocks, drive, shared_blocks
 from trainwatch.rules.models import PlateauConfig
 from trainwatch.rules.stats import improving, median, noise_sd
 
@@ -41,7 +41,7 @@ class LrPeak:
     def end_frame(self, frame: Frame) -> None:
         pts = frame.role("lr")
         if pts is not None and len(pts):
-            v = pts.values[np.isfinite(pts.values)]
+            v = pts.finite().values
             if v.shape[0]:
                 self.peak = max(self.peak, float(v.max()))
 
@@ -75,7 +75,8 @@ class PlateauRule(Rule):
         self.fired_at: float | None = None
         """Best loss when the rule fired; it re-arms after a clear improvement below it."""
         self.v_recent: deque[float] = deque(maxlen=max(cfg.val_patience, 16))
-        self.v_noise = 0.0
+        self._v_noise: float | tuple[float, ...] = 0.0
+        """The evaluations' noise, or the evaluations it is to be computed from (when needed)."""
         self.v_count = 0
         self.v_best: float | None = None
         self.v_best_step = 0
@@ -96,18 +97,19 @@ class PlateauRule(Rule):
     def _rearmed(self, fired_at: float | None, x: float) -> bool:
         return fired_at is None or x < fired_at - self.cfg.rearm_delta * abs(fired_at)
 
-    def _quiet_prefix(self, b: Blocks) -> int:
-        """Take in one step the leading blocks that cannot fire or re-arm (the common case):
-        the same state changes as the loop, vectorised. Returns how many were taken."""
-        if not self.fast:
-            return 0
+    def _ready(self) -> bool:
+        """Whether the state allows :meth:`_quiet_prefix` (checked without numpy work)."""
+        return self.fast and self.best is not None and self.nblk >= self.cfg.warmup_windows
+
+    def _quiet_prefix(self, b: Blocks, i: int) -> int:
+        """Take in one step the blocks from ``i`` on that cannot fire or re-arm (the common
+        case): the same state changes as :meth:`_block`, vectorised. Returns how many were
+        taken."""
         cfg: PlateauConfig = self.cfg
-        n = len(b)
-        if self.best is None or self.nblk < cfg.warmup_windows or n == 0:
-            return 0
-        med = b.med
+        med = b.med[i:]
+        n = med.shape[0]
         bprev = np.minimum.accumulate(np.concatenate(([self.best], med)))[:-1]
-        delta = np.maximum(cfg.min_delta, cfg.noise_factor * b.noise)
+        delta = np.maximum(cfg.min_delta, cfg.noise_factor * b.noise[i:])
         improved = med < bprev - delta * np.abs(bprev)
         idx = np.arange(n)
         last = np.maximum.accumulate(np.where(improved, idx, -1))
@@ -115,7 +117,9 @@ class PlateauRule(Rule):
         if self.fired_at is None:
             patience = np.maximum(cfg.patience,
                                   (cfg.patience_fraction * (self.nblk + idx + 1)).astype(np.int64))
-            bad = ~improved & (wait >= patience)
+            # past the patience, only every max(4, patience/4)-th block runs the trend test
+            bad = ~improved & (wait >= patience) & (
+                (wait - patience) % np.maximum(4, patience // 4) == 0)
         else:
             bad = med < self.fired_at - cfg.rearm_delta * abs(self.fired_at)
         hit = np.flatnonzero(bad)
@@ -124,54 +128,61 @@ class PlateauRule(Rule):
             self.recent.extend(med[:k].tolist())
             self.nblk += k
             j = int(np.argmin(med[:k]))
-            if med[j] < self.best:
-                self.best, self.best_step = float(med[j]), int(b.step[j])
+            if med[j] < self.best:  # type: ignore[operator]
+                self.best, self.best_step = float(med[j]), int(b.step[i + j])
             self.wait = int(wait[k - 1])
             li = int(last[k - 1])
             if li >= 0:
-                self.ref, self.ref_step = float(med[li]), int(b.step[li])
+                self.ref, self.ref_step = float(med[li]), int(b.step[i + li])
         return k
 
     def _train(self, frame: Frame, b: Blocks) -> list[Hit]:
-        cfg: PlateauConfig = self.cfg
         hits: list[Hit] = []
-        k = self._quiet_prefix(b)
-        for i, (med, noise) in enumerate(zip(b.med.tolist(), b.noise.tolist())):
-            if i < k:
-                continue
-            self.nblk += 1
-            self.recent.append(med)
-            delta = max(cfg.min_delta, cfg.noise_factor * noise)
-            if self._rearmed(self.fired_at, med):
-                self.fired_at = None
-            # the best is the running minimum; only a clear improvement on it resets the
-            # patience (a slow improvement is told apart by the trend test below)
-            if self.best is None or med < self.best - delta * abs(self.best):
-                self.best, self.best_step, self.wait = med, int(b.step[i]), 0
-                self.ref, self.ref_step = med, int(b.step[i])
-                continue
-            if med < self.best:
-                self.best, self.best_step = med, int(b.step[i])
-            if self.nblk <= cfg.warmup_windows:
-                continue
-            self.wait += 1
-            # late in a long run, progress is slower: the patience grows with the run
-            patience = max(cfg.patience, int(cfg.patience_fraction * self.nblk))
-            if self.wait < patience or self.fired_at is not None:
-                continue
-            # a slow, steady improvement since the best is not a plateau (re-tested every
-            # patience/4 windows while it lasts: the test costs a Theil-Sen fit)
-            if (self.wait - patience) % max(4, patience // 4):
-                continue
-            since_best = list(self.recent)[-min(self.wait, 2 * patience, _TREND_WINDOWS):]
-            if improving(since_best, cfg.improving_tau, cfg.min_delta / 2):
-                continue
-            self.fired_at = min(self.best, med)
-            self.fired += 1
-            hits.append(self._fire(frame, int(b.pos[i]), int(b.step[i]), float(b.time[i]),
-                                   "train", med, self.ref, self.ref_step, delta,
-                                   self.wait * cfg.window, "info" if self.fired > 1 else None))
+        meds, noises = b.med.tolist(), b.noise.tolist()
+
+        def slow(i: int) -> None:
+            hit = self._block(frame, b, i, meds[i], noises[i])
+            if hit is not None:
+                hits.append(hit)
+
+        drive(len(b), self._ready, lambda i: self._quiet_prefix(b, i), slow)
         return hits
+
+    def _block(self, frame: Frame, b: Blocks, i: int, med: float, noise: float) -> Hit | None:
+        """One block of the train loss, the reference."""
+        cfg: PlateauConfig = self.cfg
+        self.nblk += 1
+        self.recent.append(med)
+        delta = max(cfg.min_delta, cfg.noise_factor * noise)
+        if self._rearmed(self.fired_at, med):
+            self.fired_at = None
+        # the best is the running minimum; only a clear improvement on it resets the
+        # patience (a slow improvement is told apart by the trend test below)
+        if self.best is None or med < self.best - delta * abs(self.best):
+            self.best, self.best_step, self.wait = med, int(b.step[i]), 0
+            self.ref, self.ref_step = med, int(b.step[i])
+            return None
+        if med < self.best:
+            self.best, self.best_step = med, int(b.step[i])
+        if self.nblk <= cfg.warmup_windows:
+            return None
+        self.wait += 1
+        # late in a long run, progress is slower: the patience grows with the run
+        patience = max(cfg.patience, int(cfg.patience_fraction * self.nblk))
+        if self.wait < patience or self.fired_at is not None:
+            return None
+        # a slow, steady improvement since the best is not a plateau (re-tested every
+        # patience/4 windows while it lasts: the test costs a Theil-Sen fit)
+        if (self.wait - patience) % max(4, patience // 4):
+            return None
+        since_best = list(self.recent)[-min(self.wait, 2 * patience, _TREND_WINDOWS):]
+        if improving(since_best, cfg.improving_tau, cfg.min_delta / 2):
+            return None
+        self.fired_at = min(self.best, med)
+        self.fired += 1
+        return self._fire(frame, int(b.pos[i]), int(b.step[i]), float(b.time[i]), "train", med,
+                          self.ref, self.ref_step, delta, self.wait * cfg.window,
+                          "info" if self.fired > 1 else None)
 
     def _val(self, frame: Frame, pts: Points) -> list[Hit]:
         cfg: PlateauConfig = self.cfg
@@ -181,11 +192,13 @@ class PlateauRule(Rule):
             self.v_recent.append(x)
             self.v_count += 1
             if self.v_count % 4 == 1:  # the noise estimate is refreshed every 4 evaluations
-                self.v_noise = noise_sd(self.v_recent)
-            delta = max(cfg.val_min_delta, cfg.noise_factor * self.v_noise)
+                self._v_noise = tuple(self.v_recent)  # (computed if a decision needs it)
             if self._rearmed(self.v_fired_at, x):
                 self.v_fired_at = None
-            if self.v_best is None or x < self.v_best - delta * abs(self.v_best):
+            # the margin only matters below the best (it is >= 0): its noise term is computed
+            # there, not at every evaluation
+            if self.v_best is None or (x < self.v_best
+                                       and x < self.v_best - self._val_delta() * abs(self.v_best)):
                 self.v_best, self.v_best_step, self.v_wait = x, step, 0
                 continue
             if x < self.v_best:
@@ -206,9 +219,16 @@ class PlateauRule(Rule):
             # with the train loss stalled too it is a plateau
             train_stalled = self.fired_at is not None and self.fired == 1
             hits.append(self._fire(frame, pos, step, float(pts.times[i]), "val", x, self.v_best,
-                                   self.v_best_step, delta, self.v_wait,
+                                   self.v_best_step, self._val_delta(), self.v_wait,
                                    None if train_stalled else "info"))
         return hits
+
+    def _val_delta(self) -> float:
+        """The margin a new best evaluation must beat the old by."""
+        cfg: PlateauConfig = self.cfg
+        if not isinstance(self._v_noise, float):
+            self._v_noise = noise_sd(self._v_noise)
+        return max(cfg.val_min_delta, cfg.noise_factor * self._v_noise)
 
     def _fire(self, frame: Frame, pos: int, step: int, time: float, which: str, now: float,
               best: float, best_step: int, delta: float, span: int,

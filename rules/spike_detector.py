@@ -38,10 +38,13 @@ from trainwatch.rules.stats import (
     mad_sorted,
     median_sorted,
     sliding_max,
-    window_medians,
+    strided_windows,
 )
 
 _MAX_SPAN = 4096
+_POINTWISE = 8
+"""Up to this many points, an update goes point by point (no fixed cost of a pass)."""
+_NO_INDEX = np.empty(0, dtype=np.int64)
 
 
 @dataclass(frozen=True)
@@ -78,7 +81,9 @@ class SpikeDetector:
     # ------------------------------------------------------------------ state
     def _reset_baseline(self) -> None:
         self.ring = np.empty(0)
-        """The last ``window`` accepted values."""
+        """The last ``window`` accepted values (with ``_tail`` after them)."""
+        self._tail: list[float] = []
+        """Values accepted point by point since ``ring`` was last brought up to date."""
         self.n_acc = 0
         self.ok = False
         self.med = math.nan
@@ -97,6 +102,12 @@ class SpikeDetector:
         self.episode.reset()
         self.flag_run = 0
         self._reset_baseline()
+
+    def _fold(self) -> None:
+        """Bring ``ring`` up to date with the points accepted one by one."""
+        if self._tail:
+            self.ring = np.concatenate((self.ring, self._tail))[-self.W:]
+            self._tail = []
 
     @property
     def mad(self) -> float:
@@ -118,6 +129,11 @@ class SpikeDetector:
         events: list[SpikeEvent] = []
         flagged: list[np.ndarray] = []
         i, m = 0, int(values.shape[0])
+        if not self.vectorized or m <= _POINTWISE:
+            # the definition itself: for a few points (a live tail) cheaper than a pass
+            for i, (x, step) in enumerate(zip(values.tolist(), steps.tolist())):
+                self._point(x, step, i, events, flagged)
+            m = 0
         span = _MAX_SPAN
         while i < m:
             if self.vectorized:
@@ -129,7 +145,7 @@ class SpikeDetector:
             else:
                 self._point(float(values[i]), int(steps[i]), i, events, flagged)
                 i += 1
-        idx = np.concatenate(flagged) if flagged else np.empty(0, dtype=np.int64)
+        idx = np.concatenate(flagged) if flagged else _NO_INDEX
         return events, idx
 
     def _point(self, x: float, step: int, i: int, events: list[SpikeEvent],
@@ -152,7 +168,7 @@ class SpikeDetector:
                               events, flagged)
             return
         # accepted
-        self.ring = np.append(self.ring, x)[-self.W:]
+        self._tail.append(x)
         self.n_acc += 1
         if self.ok:
             self.blk_e = max(self.blk_e, abs(e))
@@ -165,6 +181,7 @@ class SpikeDetector:
             self.blk_e = 0.0
             if self.n_acc >= cfg.min_points:
                 self.ok = True
+                self._fold()
                 self.win = np.sort(self.ring)
                 self.med = float(median_sorted(self.win))
                 self._mad = None
@@ -213,8 +230,16 @@ class SpikeDetector:
 
     def _vpass(self, x: np.ndarray, steps: np.ndarray, base: int, events: list[SpikeEvent],
                flagged: list[np.ndarray]) -> int:
-        """One optimistic pass (see the module doc). Returns the number of points consumed."""
+        """One optimistic pass (see the module doc). Returns the number of points consumed.
+
+        The points are laid out as rows of ``refresh`` slots, one row per baseline they are
+        tested against (row 0: the current one; row r: the one refreshed at the r-th boundary),
+        so each row's median and tail bar broadcast over it instead of being gathered per point.
+        The slots before the first point and after the last hold the row's median (a relative
+        deviation of exactly 0: they change no maximum, and candidates there are dropped).
+        """
         cfg, K, W = self.cfg, self.K, self.W
+        self._fold()
         m = int(x.shape[0])
         c0 = self.n_acc
         R = int(self.ring.shape[0])
@@ -222,78 +247,87 @@ class SpikeDetector:
         """Accepted points still needed to reach the next refresh boundary."""
         nb_all = 0 if off > m else (m - off) // K + 1
         """Boundaries reached if every point were accepted (the last may sit after x[-1])."""
-        nb = 0 if off > m - 1 else (m - 1 - off) // K + 1
-        """Boundaries that apply to some point of x."""
-        A = np.concatenate([self.ring, x])
-        # boundary g closes after accepting x[off + g K - 1]; its window is A[hi - W : hi]
-        g_idx = np.arange(nb_all)
-        his = R + off + K * g_idx
-        ok_b = (c0 + off + K * g_idx) >= cfg.min_points
+        n_rows = 1 if off >= m else (m - off - 1) // K + 2
+        """Rows of the layout: 1 + the boundaries that apply to some point of x."""
+        pad = K - off
+        A = np.concatenate((self.ring, x)) if R else x
+        # boundary g closes after accepting x[off + g K - 1]; its window is A[hi - W : hi] with
+        # hi = R + off + g K, from boundary g_ok on it has min_points behind it
+        g_ok = max(0, -(-(cfg.min_points - c0 - off) // K))
         g0 = min(nb_all, max(0, -(-(W - R - off) // K)))
         """Boundaries before g0 have fewer than W accepted points behind them (warm-up)."""
-        partial = {g: np.sort(A[:his[g]]) for g in range(g0)}
+        partial = [np.sort(A[: R + off + K * g]) for g in range(g0)]
         meds = np.empty(nb_all)
-        for g, row in partial.items():
+        for g, row in enumerate(partial):
             meds[g] = median_sorted(row)
-        rows = None
+        rows = _EMPTY_ROWS
         if g0 < nb_all:
-            rows, meds[g0:] = window_medians(A, W, his[g0:] - W)
-        meds[~ok_b] = np.nan
+            rows = np.sort(strided_windows(A, W, R + off + K * g0 - W, K, nb_all - g0), axis=1)
+            meds[g0:] = median_sorted(rows)
+        if g_ok:
+            meds[:g_ok] = np.nan
 
         def win(g: int) -> np.ndarray:
-            return partial[g] if g < g0 else rows[g - g0]  # type: ignore[index]
+            return partial[g] if g < g0 else rows[g - g0]
 
-        # per point: the baseline it is tested against (0 = the current one)
-        bi = np.zeros(m, dtype=np.int64)
-        if nb:
-            bi[off:] = np.arange(m - off) // K + 1
-        med_all = np.empty(nb + 1)
-        med_all[0] = self.med if self.ok else np.nan
-        med_all[1:] = meds[:nb]
-        med_j = med_all[bi]
-        ok_j = ~np.isnan(med_j)
-        den = np.abs(med_j)
-        den[~(den > 0)] = 1.0
-        e = (x - med_j) / den
-        e[~ok_j] = 0.0
+        med_r = np.empty(n_rows)
+        med_r[0] = self.med if self.ok else np.nan
+        med_r[1:] = meds[: n_rows - 1]
+        n_bad = 0 if self.ok else min(n_rows, g_ok + 1)
+        """Leading rows without a warm baseline (their deviations count as 0)."""
+        P = np.empty((n_rows, K))
+        flat = P.reshape(-1)
+        flat[:pad] = med_r[0]
+        flat[pad:pad + m] = x
+        flat[pad + m:] = med_r[-1]
+        den = np.abs(med_r)
+        den[den == 0] = 1.0
+        e = (P - med_r[:, None]) / den[:, None]
+        if n_bad:
+            e[:n_bad] = 0.0
         e_pos = np.abs(e)  # the tail guard learns both tails (a falling loss hides the upper)
+        e_flat = e_pos.reshape(-1)
         if nb_all:
-            bm = np.empty(nb_all)
-            bm[0] = max(self.blk_e, float(e_pos[:off].max()))
-            if nb_all > 1:
-                bm[1:] = e_pos[off:off + (nb_all - 1) * K].reshape(nb_all - 1, K).max(axis=1)
-            E = sliding_max(self.e_hist, bm, self.Lb)
+            bm = e_pos[:nb_all].max(axis=1)
+            bm[0] = max(self.blk_e, float(bm[0]))
         else:
-            bm = E = np.empty(0)
-        emax_all = np.empty(nb + 1)
-        emax_all[0] = self.emax
-        emax_all[1:] = E[:nb]
-        emax_j = emax_all[bi]
+            bm = _EMPTY
         # early maximum: fixed once the first early_points accepted points are in
         need = max(0, cfg.early_points - self.early_n)
         early_max = max(self.early_max, float(x[:need].max())) if need and m else self.early_max
-        if early_max > 0:
-            severe = x >= cfg.early_max_ratio * early_max
-            if need:
-                severe[:need] = False
-        else:
-            severe = np.zeros(m, dtype=bool)
-        cand = ok_j & (e >= self.r1) & (e >= cfg.tail_guard * emax_j)
-        anom = np.zeros(m, dtype=bool)
-        ci = np.flatnonzero(cand)
-        if ci.shape[0]:
-            scale = np.full(nb + 1, np.nan)
-            for b in np.unique(bi[ci]).tolist():
-                if b == 0:
-                    scale[0] = self._scale(self.med, self.mad)
-                else:
-                    scale[b] = self._scale(float(meds[b - 1]), mad_sorted(win(b - 1), meds[b - 1]))
-            z = (x[ci] - med_j[ci]) / scale[bi[ci]]
-            anom[ci] = z >= cfg.z_threshold
-        if cfg.early_max_fires:
-            anom |= severe
-        hits = np.flatnonzero(anom)
-        jstar = int(hits[0]) if hits.shape[0] else m
+        jstar = m
+        E = None
+        # every bar is at least r1: below it nowhere (the common case), no point is a candidate
+        # and the tail bars of the rows need not be known
+        if float(e.max()) >= self.r1:
+            E = sliding_max(self.e_hist, bm, self.Lb) if nb_all else _EMPTY
+            thr = np.empty(n_rows)
+            thr[0] = self.emax
+            thr[1:] = E[: n_rows - 1]
+            thr = np.maximum(self.r1, cfg.tail_guard * thr)
+            if n_bad:
+                thr[:n_bad] = np.inf
+            cand = e >= thr[:, None]
+        if E is not None and np.count_nonzero(cand):
+            ci = cand.reshape(-1).nonzero()[0] - pad
+            ci = ci[(ci >= 0) & (ci < m)]
+            if ci.shape[0]:
+                ri = (ci + pad) // K
+                scale = np.full(n_rows, np.nan)
+                for r in sorted(set(ri.tolist())):
+                    if r == 0:
+                        scale[0] = self._scale(self.med, self.mad)
+                    else:
+                        scale[r] = self._scale(float(meds[r - 1]),
+                                               mad_sorted(win(r - 1), meds[r - 1]))
+                z = (x[ci] - med_r[ri]) / scale[ri]
+                hit = (z >= cfg.z_threshold).nonzero()[0]
+                if hit.shape[0]:
+                    jstar = int(ci[hit[0]])
+        if cfg.early_max_fires and early_max > 0:
+            severe = x[need:jstar] >= cfg.early_max_ratio * early_max
+            if np.count_nonzero(severe):
+                jstar = need + int(severe.argmax())
 
         # commit the accepted points x[:jstar]
         self.ring = A[max(0, R + jstar - W):R + jstar]
@@ -305,17 +339,18 @@ class SpikeDetector:
         nr = 0 if jstar < off else (jstar - off) // K + 1
         if nr:
             g = nr - 1
-            if ok_b[g]:
+            if g >= g_ok:
                 self.ok = True
                 self.win = win(g)
                 self.med = float(meds[g])
                 self._mad = None
-            self.e_hist = np.concatenate([self.e_hist, bm[:nr]])[-self.Lb:]
-            self.emax = float(E[g])
+            self.e_hist = np.concatenate((self.e_hist, bm[:nr]))[-self.Lb:]
+            # the bar of the last boundary: the largest of the last Lb block maxima (>= 0)
+            self.emax = float(E[g]) if E is not None else float(self.e_hist.max())
             lo = off + g * K
-            self.blk_e = float(e_pos[lo:jstar].max()) if jstar > lo else 0.0
+            self.blk_e = float(e_flat[pad + lo:pad + jstar].max()) if jstar > lo else 0.0
         elif jstar:
-            self.blk_e = max(self.blk_e, float(e_pos[:jstar].max()))
+            self.blk_e = max(self.blk_e, float(e_flat[pad:pad + jstar].max()))
         if jstar:
             self.episode.normal(jstar)
             self.flag_run = 0
@@ -331,3 +366,7 @@ class SpikeDetector:
         taken = self._flag_run_of(rest[:r], steps[jstar:jstar + r], severe_r[:r], base + jstar,
                                   events, flagged)
         return jstar + taken
+
+
+_EMPTY = np.empty(0)
+_EMPTY_ROWS = np.empty((0, 0))

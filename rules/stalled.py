@@ -47,7 +47,13 @@ class LearningStalledRule(Rule):
         if not len(f):
             return []
         cfg: StalledConfig = self.cfg
-        L = run_lengths(f.values, self.prev, self.prev_len)
+        v = f.values
+        if (min(cfg.zero_points, cfg.constant_points) > 1 and v[0] != self.prev
+                and not np.count_nonzero(v[1:] == v[:-1])):
+            # no value repeats the one before it: every run has length 1, nothing can fire
+            self.prev, self.prev_len, self.start_step = float(v[-1]), 1, int(f.steps[-1])
+            return []
+        L = run_lengths(v, self.prev, self.prev_len)
         carried = self.start_step
         self.prev, self.prev_len = float(f.values[-1]), int(L[-1])
         first = len(f) - int(L[-1])

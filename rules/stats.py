@@ -36,6 +36,20 @@ def windows(a: np.ndarray, width: int) -> np.ndarray:
     return v
 
 
+def strided_windows(a: np.ndarray, width: int, start: int, step: int, count: int) -> np.ndarray:
+    """Read-only windows ``a[start + i*step : start + i*step + width]`` for ``i < count``, as a
+    view (no copy, no fancy index): ``(count, width)``."""
+    if count <= 0:
+        return np.empty((0, width), dtype=a.dtype)
+    if not a.flags.c_contiguous:
+        return windows(a, width)[start:start + (count - 1) * step + 1:step]
+    st = a.strides[0]
+    v = np.ndarray((count, width), dtype=a.dtype, buffer=a, offset=start * st,
+                   strides=(step * st, st))
+    v.flags.writeable = False
+    return v
+
+
 def median_sorted(rows: np.ndarray) -> np.ndarray | float:
     """Median of each row of an already sorted array (or of a sorted 1-D array)."""
     n = rows.shape[-1]
@@ -54,6 +68,21 @@ def small_median(xs: Sequence[float]) -> float:
 def median(x: np.ndarray) -> float:
     """Median of a 1-D array (sorting it), consistent with :func:`median_sorted`."""
     return float(median_sorted(np.sort(x)))
+
+
+def nan_median_rows(a: np.ndarray) -> np.ndarray:
+    """``np.nanmedian(a, axis=1)`` for a 2-D array with few columns, without its slow masked-
+    array path: NaN sort last, so each row's median sits at its count of values. NaN for a row
+    with none."""
+    n = a.shape[0]
+    s = np.sort(a, axis=1)
+    c = a.shape[1] - np.count_nonzero(np.isnan(a), axis=1)
+    r = np.arange(n)
+    lo = s[r, np.maximum(c - 1, 0) // 2]
+    hi = s[r, np.minimum(c // 2, a.shape[1] - 1)]
+    out = np.where(c % 2 == 1, lo, (lo + hi) / 2.0)
+    out[c == 0] = np.nan
+    return out
 
 
 def mad_sorted(sorted_window: np.ndarray, med: float) -> float:
@@ -83,16 +112,21 @@ def block_medians(x: np.ndarray, k: int) -> np.ndarray:
 def rankdata(a: np.ndarray) -> np.ndarray:
     """Ranks 1..n with ties given their average rank (as scipy's ``rankdata``)."""
     n = a.shape[0]
+    if n > 1 and bool((a[1:] > a[:-1]).all()):  # steps, usually: already in order, no ties
+        return np.arange(1.0, n + 1.0)
     order = np.argsort(a, kind="mergesort")
     sa = a[order]
+    ranks = np.empty(n, dtype=np.float64)
     # each run of equal values shares the mean of the ranks it spans
     new = np.empty(n, dtype=bool)
     new[:1] = True
     new[1:] = sa[1:] != sa[:-1]
+    if new.all():  # no ties: the ranks are the positions in sorted order
+        ranks[order] = np.arange(1.0, n + 1.0)
+        return ranks
     starts = np.flatnonzero(new)
     ends = np.append(starts[1:], n)
     mean_rank = (starts + ends + 1) * 0.5
-    ranks = np.empty(n, dtype=np.float64)
     ranks[order] = np.repeat(mean_rank, ends - starts)
     return ranks
 

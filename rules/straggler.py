@@ -17,6 +17,7 @@ from trainwatch.humanize import fmt_duration
 from trainwatch.roles import RoleTable
 from trainwatch.rules.base import Hit, make_hit, r6
 from trainwatch.rules.models import StragglerConfig
+from trainwatch.rules.stats import nan_median_rows
 
 
 class _RankState:
@@ -115,7 +116,7 @@ class RankStraggler:
                 use = present[:, j] & (n_others >= cfg.min_ranks - 1)
                 if not use.any():
                     continue
-                med = np.nanmedian(others[use], axis=1)
+                med = nan_median_rows(others[use])
                 mine = mat[use, j]
                 hits.extend(self._episodes(r, self.ranks[r], steps[use], mine / med, mine, med,
                                            tim[use, j], len(ranks)))

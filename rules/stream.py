@@ -5,6 +5,13 @@ between two records shows a stall that ended (the record after it fires), and :m
 reports a file whose last record is old and that has no ``run_end``. A silence is reported once,
 however it is noticed. Gaps across a resume (a new segment), after ``run_end`` or before a
 ``run_start`` are restarts, not stalls.
+
+Live, the silence is measured from when the last record *arrived* (:meth:`arrived`) when the
+caller says so: a record's own timestamp comes from the writer's clock, which may be skewed (a
+writer on another machine over NFS) or replayed (an old log copied in now), and a stall judged
+by it can fire the moment a record arrives. The record timestamps still tell the gaps between
+records (the same live and after the fact) and judge a log that was already silent when watching
+began, until a record arrives while we watch.
 """
 
 from __future__ import annotations
@@ -37,6 +44,11 @@ class StalledStreamRule(Rule):
         """Time of the last record before the silence already reported."""
         self.watch_start: float | None = None
         """``now`` of the first live tick: when someone started watching."""
+        self.last_arrival: float | None = None
+        """When the last record arrived (the caller's clock); None: not known, the record's own
+        timestamp stands in."""
+        self.arrived_while_watching = False
+        """A record arrived at or after ``watch_start``: the log is live, not a backlog."""
 
     def rewind(self) -> None:
         self.last_time = None  # the gap before a resume is a restart
@@ -54,72 +66,100 @@ class StalledStreamRule(Rule):
         n = int(t.shape[0])
         if n == 0:
             return []
-        prev_t = np.empty(n)
-        prev_t[0] = np.nan if self.last_time is None else self.last_time
-        prev_t[1:] = t[:-1]
-        gap = t - prev_t
+        last = np.nan if self.last_time is None else self.last_time
+        gap = np.empty(n)
+        gap[0] = t[0] - last
+        np.subtract(t[1:], t[:-1], out=gap[1:])
         valid = np.isfinite(gap) & (gap >= 0)
-        if frame.events or self.finished:
-            # finished after a record: True after an end event, False after a metric record or a
-            # (re)start event, unchanged after other events (checkpoint, eval)
-            code = np.where(frame.rec_is_event, -1, 0)
-            starts = np.zeros(n, dtype=bool)
-            for row, ev in zip(np.flatnonzero(frame.rec_is_event).tolist(), frame.events):
-                if ev.name in cfg.end_events:
-                    code[row] = 1
-                elif ev.name in _STARTS:
-                    code[row] = 0
-                    starts[row] = True
+        names = {ev.name for ev in frame.events}
+        if self.finished or not names.isdisjoint(cfg.end_events):
+            self._ends(frame, valid)
+        elif not names.isdisjoint(_STARTS):
+            # no end event, none carried: a (re)start event is a restart, other events and
+            # metric records leave the stream running
+            rows = frame.rec_is_event.nonzero()[0].tolist()
+            for row, ev in zip(rows, frame.events):
+                if ev.name in _STARTS:
+                    valid[row] = False
                     self.announced = True
-            idx = np.arange(n)
-            last = np.maximum.accumulate(np.where(code >= 0, idx, -1))
-            after = np.where(last >= 0, code[np.maximum(last, 0)] == 1, self.finished)
-            before = np.empty(n, dtype=bool)
-            before[0] = self.finished
-            before[1:] = after[:-1]
-            valid &= ~before & ~starts
-            self.finished = bool(after[-1])
         hits: list[Hit] = []
-        cand = np.flatnonzero(valid & (gap > cfg.min_seconds))
+        cand = (valid & (gap > cfg.min_seconds)).nonzero()[0]
         if cand.shape[0]:
             vg = gap[valid]
-            vidx = np.flatnonzero(valid)
+            vidx = valid.nonzero()[0]
             for i in cand.tolist():
+                prev = last if i == 0 else float(t[i - 1])
                 before = np.concatenate([self.gaps, vg[vidx < i]])
                 lim, med = self._limit(before)
-                if gap[i] > lim and self.reported_for != prev_t[i]:
-                    self.reported_for = float(prev_t[i])
+                if gap[i] > lim and self.reported_for != prev:
+                    self.reported_for = prev
                     step = int(frame.rec_steps[i - 1]) if i > 0 else self.last_step
-                    hits.append(self._hit(int(frame.rec_pos[i]), step, float(prev_t[i]),
-                                          float(gap[i]), lim, med, ended=True))
-        self.gaps = np.concatenate([self.gaps, gap[valid]])[-cfg.gap_window:]
+                    hits.append(self._hit(int(frame.rec_pos[i]), step, prev, float(gap[i]), lim,
+                                          med, ended=True))
+        keep = gap if np.count_nonzero(valid) == n else gap[valid]
+        w = cfg.gap_window
+        self.gaps = keep[-w:] if keep.shape[0] >= w else np.concatenate((self.gaps, keep))[-w:]
         self.last_time = float(t[-1])
         self.last_step = int(frame.rec_steps[-1])
         self.last_pos = int(frame.rec_pos[-1])
         return hits
 
-    def _silence(self, now: float, *, at_end: bool) -> list[Hit]:
+    def _ends(self, frame: Frame, valid: np.ndarray) -> None:
+        """Events that end or restart the stream: a gap after an end event (until the next metric
+        record or start event) or before a start event is not a stall. Clears those in
+        ``valid``; updates ``finished`` and ``announced``."""
+        cfg: StreamConfig = self.cfg
+        n = valid.shape[0]
+        # finished after a record: True after an end event, False after a metric record or a
+        # (re)start event, unchanged after other events (checkpoint, eval)
+        code = np.where(frame.rec_is_event, -1, 0)
+        starts = np.zeros(n, dtype=bool)
+        for row, ev in zip(np.flatnonzero(frame.rec_is_event).tolist(), frame.events):
+            if ev.name in cfg.end_events:
+                code[row] = 1
+            elif ev.name in _STARTS:
+                code[row] = 0
+                starts[row] = True
+                self.announced = True
+        idx = np.arange(n)
+        last = np.maximum.accumulate(np.where(code >= 0, idx, -1))
+        after = np.where(last >= 0, code[np.maximum(last, 0)] == 1, self.finished)
+        before = np.empty(n, dtype=bool)
+        before[0] = self.finished
+        before[1:] = after[:-1]
+        valid &= ~before & ~starts
+        self.finished = bool(after[-1])
+
+    def arrived(self, now: float | None) -> None:
+        """The records just fed arrived at ``now`` (None: when is not known)."""
+        self.last_arrival = now
+        if now is not None and self.watch_start is not None and now >= self.watch_start:
+            self.arrived_while_watching = True
+
+    def _silence(self, now: float, *, at_end: bool, since: float | None = None) -> list[Hit]:
+        """A silence from ``since`` (the last record's arrival; default its own timestamp)."""
         if self.last_time is None or self.finished or self.reported_for == self.last_time:
             return []
         lim, med = self._limit(self.gaps)
-        silence = now - self.last_time
+        silence = now - (self.last_time if since is None else since)
         if silence <= lim:
             return []
         self.reported_for = self.last_time
         return [self._hit(self.last_pos, self.last_step, self.last_time, silence, lim, med,
-                          ended=False, at_end=at_end)]
+                          ended=False, at_end=at_end, arrival=since)]
 
     def tick(self, now: float) -> list[Hit]:
         if self.watch_start is None:
             self.watch_start = now
-        if self.last_time is not None and not self.announced:
+        if self.last_time is not None and not self.announced and not self.arrived_while_watching:
             # a log that was already silent when we started watching (yesterday's TensorBoard
             # file) ended before us: the header shows it as idle; only a silence that begins
-            # while we watch, or a writer that promised a run_end, is a stall
+            # while we watch, or a writer that promised a run_end, is a stall. Until a record
+            # arrives while we watch, only the records' own clock can tell.
             lim, _med = self._limit(self.gaps)
             if self.last_time + lim < self.watch_start:
                 return []
-        return self._silence(now, at_end=False)
+        return self._silence(now, at_end=False, since=self.last_arrival)
 
     def finish(self, now: float) -> list[Hit]:
         # A missing run_end only means something from a writer that promised one: a TensorBoard
@@ -129,7 +169,7 @@ class StalledStreamRule(Rule):
         return self._silence(now, at_end=True)
 
     def _hit(self, pos: int, step: int, last_time: float, silence: float, lim: float, med: float,
-             *, ended: bool, at_end: bool = False) -> Hit:
+             *, ended: bool, at_end: bool = False, arrival: float | None = None) -> Hit:
         cfg: StreamConfig = self.cfg
         usual = f" (the usual gap is {fmt_duration(med)})" if math.isfinite(med) else ""
         if at_end:
@@ -155,6 +195,8 @@ class StalledStreamRule(Rule):
         evidence = {"last_record_time": last_time, "silence_s": round(silence, 3),
                     "limit_s": round(lim, 3),
                     "median_gap_s": round(med, 4) if math.isfinite(med) else None}
+        if arrival is not None:  # measured on the watcher's clock, not the writer's
+            evidence["last_arrival_time"] = arrival
         return self.alert(pos=pos, severity=cfg.severity, step=step, time=last_time + lim,
                           metric=None, message=message, evidence=evidence, causes=causes,
                           fixes=fixes)

@@ -14,7 +14,7 @@ import numpy as np
 
 from trainwatch.humanize import fmt_duration
 from trainwatch.rules.base import Context, Frame, Hit, Points, Rule, fmt, pct, r6
-from trainwatch.rules.blocks import Blocks, BlockStream
+from trainwatch.rules.blocks import Blocks, BlockStream, drive
 from trainwatch.rules.models import ThroughputConfig
 from trainwatch.rules.stats import median_sorted, small_median, windows
 
@@ -53,45 +53,52 @@ class ThroughputDropRule(Rule):
         b = self.blocks.push(f)
         if not len(b):
             return []
-        cfg: ThroughputConfig = self.cfg
         hits: list[Hit] = []
         meds = b.med.tolist()
-        first = self._quiet_prefix(b.med)
-        for i in range(first, len(meds)):
-            med = meds[i]
-            self.nblk += 1
-            if self.nblk <= cfg.warmup_windows or not self.ref:
-                self.ref.append(med)
-                continue
-            ref = small_median(self.ref)
-            low = med <= (1.0 - cfg.drop) * ref
-            if not low:
-                self.ref.append(med)
-                self.low = 0
-                self.active = False
-                continue
-            self.low += 1
-            if self.low == 1:
-                self.since = int(b.step[i])
-            if self.active or self.low < cfg.for_windows:
-                continue
-            self.active = True
-            pos = int(b.pos[i])
-            if self.ctx.log("state_detach").last(pos) is not None:
-                continue  # explained: the graph grows every step
-            hits.append(self._hit(b, i, med, ref, inverted, pts.name))
+
+        def slow(i: int) -> None:
+            hit = self._block(b, i, meds[i], inverted, pts.name)
+            if hit is not None:
+                hits.append(hit)
+
+        drive(len(meds), self._ready, lambda i: self._quiet_prefix(b.med[i:]), slow)
         return hits
+
+    def _block(self, b: Blocks, i: int, med: float, inverted: bool, name: str) -> Hit | None:
+        """One block, the reference."""
+        cfg: ThroughputConfig = self.cfg
+        self.nblk += 1
+        if self.nblk <= cfg.warmup_windows or not self.ref:
+            self.ref.append(med)
+            return None
+        ref = small_median(self.ref)
+        low = med <= (1.0 - cfg.drop) * ref
+        if not low:
+            self.ref.append(med)
+            self.low = 0
+            self.active = False
+            return None
+        self.low += 1
+        if self.low == 1:
+            self.since = int(b.step[i])
+        if self.active or self.low < cfg.for_windows:
+            return None
+        self.active = True
+        if self.ctx.log("state_detach").last(int(b.pos[i])) is not None:
+            return None  # explained: the graph grows every step
+        return self._hit(b, i, med, ref, inverted, name)
+
+    def _ready(self) -> bool:
+        """Whether the state allows :meth:`_quiet_prefix` (checked without numpy work)."""
+        return (self.fast and not self.low and len(self.ref) == self.ref.maxlen
+                and self.nblk >= self.cfg.warmup_windows)
 
     def _quiet_prefix(self, med: np.ndarray) -> int:
         """Take in one step the leading blocks that are normal (the common case): each block's
         reference is the median of the previous ``ref_windows`` blocks when all of them were
-        normal. Returns how many blocks were taken; the rest go through the loop."""
-        if not self.fast:
-            return 0
+        normal. Returns how many blocks were taken; the rest go through :meth:`_block`."""
         cfg: ThroughputConfig = self.cfg
         R = self.ref.maxlen or 0
-        if self.low or len(self.ref) < R or self.nblk < cfg.warmup_windows or not med.shape[0]:
-            return 0
         seq = np.concatenate([np.asarray(self.ref, dtype=np.float64), med])
         ref = median_sorted(np.sort(windows(seq, R)[: med.shape[0]], axis=1))
         low = np.flatnonzero(med <= (1.0 - cfg.drop) * ref)

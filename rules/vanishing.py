@@ -37,10 +37,14 @@ class GradVanishingRule(Rule):
             self._add_loss(lb, 0, len(lb))
             return []
         hits: list[Hit] = []
+        first = self._quiet_prefix(gb)
+        n = len(gb)
+        if first == n:  # all quiet (the common case): the loss history only needs extending
+            self._add_loss(lb, 0, len(lb))
+            return hits
         # loss blocks completed at or before each grad block (by record)
         upto = np.searchsorted(lb.pos, gb.pos, side="right")
         j = 0
-        first = self._quiet_prefix(gb)
         if first:
             k = int(upto[first - 1])
             if k > j:
@@ -86,7 +90,8 @@ class GradVanishingRule(Rule):
         cfg: VanishingConfig = self.cfg
         if hi <= lo:
             return
-        self.loss_hist.extend(lb.med[lo:hi].tolist())
+        # only the last maxlen can stay in the history
+        self.loss_hist.extend(lb.med[max(lo, hi - (self.loss_hist.maxlen or hi)):hi].tolist())
         # "improving" must beat the noise of two window medians, not just min_delta
         self.delta = max(cfg.loss_min_delta, 3.0 * 1.4142 * float(lb.noise[hi - 1]))
 

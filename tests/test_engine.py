@@ -175,3 +175,81 @@ def test_fast_paths_match_the_plain_loops(monkeypatch: pytest.MonkeyPatch) -> No
     assert fast == slow
     rules = {a.rule for run in fast for a in run}
     assert {"plateau", "divergence", "grad_vanishing", "throughput_drop"} <= rules
+
+
+# ------------------------------------------------------------------ live stalls by arrival time
+DAY = 86400.0
+
+
+def _old_log(start: bool = True) -> list[bytes]:
+    """Lines of a clean run whose timestamps are 1000 days old (a replayed log, or a writer on
+    another machine whose clock is far behind): they arrive now."""
+    run = clean(400, "exp", seed=12)
+    run["time"] = run["time"] - 1000 * DAY
+    return to_jsonl(run, start=start, end=False).splitlines(keepends=True)
+
+
+def _arrive(e: RuleEngine, lines: list[bytes], t0: float, *, ticks: bool,
+            arrival: bool = True) -> tuple[list[Alert], float]:
+    """Feed 10 lines a second from ``t0`` (as a tailer would), ticking after each read as the
+    UI does; returns every alert and the last arrival time."""
+    p = JsonlParser("m", clock=lambda: 0.0)
+    got: list[Alert] = []
+    now = t0
+    for i in range(0, len(lines), 10):
+        now = t0 + i / 10
+        got += e.feed(p.parse(b"".join(lines[i:i + 10]), i + 1), now=now if arrival else None)
+        if ticks:
+            got += e.tick(now)
+    return got, now
+
+
+@pytest.mark.parametrize("announced", [True, False])
+def test_live_silence_is_measured_from_arrival(announced: bool) -> None:
+    t0 = 1.8e9
+    e = RuleEngine(CFG, live=True)
+    got, last = _arrive(e, _old_log(start=announced), t0, ticks=True)
+    assert [a for a in got if a.rule == "stalled_stream"] == []  # arriving now: no stall
+    assert e.tick(last + 30) == []  # silent, but for less than the limit (60 s)
+    fired = e.tick(last + 61)
+    assert [(a.rule, a.step) for a in fired] == [("stalled_stream", 400)]
+    ev = fired[0].evidence
+    assert ev["silence_s"] == pytest.approx(61) and ev["last_arrival_time"] == last
+    assert ev["last_record_time"] < t0 - 999 * DAY  # the writer's own clock, for the record
+    assert e.tick(last + 600) == []  # once
+    if announced:
+        # the old call (no arrival time) judges by the records' clock: each record that arrives
+        # looks 1000 days late, and the run "stalls" again and again while it is writing
+        old = RuleEngine(CFG, live=True)
+        got, last = _arrive(old, _old_log(start=announced), t0, ticks=True, arrival=False)
+        stalls = [a for a in got if a.rule == "stalled_stream"]
+        assert len(stalls) > 1 and stalls[0].evidence["silence_s"] > 999 * DAY
+
+
+def test_a_backlog_read_at_start_keeps_its_semantics() -> None:
+    """History read when watching begins arrives all at once: a log that was already silent by
+    its own clock then is idle, not stalled, unless it promised a run_end (then a silence from
+    when we read it is a stall)."""
+    t0 = 1.8e9
+    for announced, expect in ((False, []), (True, [("stalled_stream", 400)])):
+        e = RuleEngine(CFG, live=True)
+        p = JsonlParser("m", clock=lambda: 0.0)
+        e.feed(p.parse(b"".join(_old_log(start=announced)), 1), now=t0)
+        assert e.tick(t0 + 1) == []
+        got = e.tick(t0 + 120) + e.tick(t0 + 7200)
+        assert [(a.rule, a.step) for a in got] == expect
+    # a backfill ignores arrival times: the records' clock judges, at finish() too
+    e = RuleEngine(CFG, live=False)
+    p = JsonlParser("m", clock=lambda: 0.0)
+    e.feed(p.parse(b"".join(_old_log()), 1), now=t0)
+    assert e.tick(t0 + 7200) == []
+    assert [(a.rule, a.step) for a in e.finish(now=t0)] == [("stalled_stream", 400)]
+
+
+def test_arrival_times_do_not_change_what_feed_returns() -> None:
+    data = _faulty(1)
+    plain = _feed(parse_live(data, seed=3, max_lines=50), live=True).alerts
+    e = RuleEngine(CFG, live=True)
+    timed = [a for i, b in enumerate(parse_live(data, seed=3, max_lines=50))
+             for a in e.feed(b, now=1.8e9 + i)]
+    assert timed == plain == e.alerts
