@@ -160,7 +160,7 @@ class TrainwatchApp(ViewActions, RunControl, App[int]):
         service = IngestService(
             self.post_message, self._engine_factory,
             poll_interval=self.config.poll_interval, tail_bytes=self.config.tail_bytes,
-            wake_source=self.config.wake_source,
+            wake_source=self.config.wake_source, clock=self.config.clock,
         )
         with self._ingest_lock:
             if self._closing:

@@ -16,6 +16,7 @@ import gc
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -90,8 +91,11 @@ class IngestService:
         tail_bytes: int = 256 << 10,
         wake_source: Any = None,
         reader_factory: Callable[[Path], Any] = make_reader,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self._post = post
+        self._clock = clock
+        """The app's clock, the one :meth:`tick` is given: live records carry their arrival."""
         self._engine_factory = engine_factory
         self._tail_bytes = tail_bytes
         self._reader_factory = reader_factory
@@ -238,12 +242,15 @@ class IngestService:
         if route is None:
             return
         run, role, rank = route
+        # a stall is a silence in *arrivals*: live records carry when they arrived (the writer's
+        # clock may be skewed, or its timestamps old); the backlog has no meaningful arrival
+        now = self._clock() if run.loaded else None
         with run.lock:
             if role == "main":
-                alerts = self._guard(run, lambda e: e.feed(batch))
+                alerts = self._guard(run, lambda e: e.feed(batch, now))
             else:
                 r = rank if rank is not None else (batch.rank or 0)
-                alerts = self._guard(run, lambda e: e.feed_rank(r, batch))
+                alerts = self._guard(run, lambda e: e.feed_rank(r, batch, now))
         self._post(BatchArrived(run.spec.run_id, path, batch, tuple(alerts), role == "main",
                                 not run.loaded))
         self._check_loaded(run)

@@ -40,11 +40,11 @@ class FakeEngine:
                     ))
         return out
 
-    def feed(self, batch: RecordBatch) -> list[Alert]:
+    def feed(self, batch: RecordBatch, now: float | None = None) -> list[Alert]:
         self.fed += batch.n_records
         return self._nan(batch)
 
-    def feed_rank(self, rank: int, batch: RecordBatch) -> list[Alert]:
+    def feed_rank(self, rank: int, batch: RecordBatch, now: float | None = None) -> list[Alert]:
         return self._nan(batch)
 
     def feed_console(self, lines: list[str], first_line: int) -> list[Alert]:
