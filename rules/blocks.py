@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from trainwatch.rules.base import Context, Frame, Points
-from trainwatch.rules.stats import MAD_TO_SIGMA, median_sorted, small_median, windows
+from trainwatch.rules.stats import MAD_TO_SIGMA, small_median, windows
 
 NOISE_BLOCKS = 8
 """Blocks the noise level is the median over."""

@@ -80,6 +80,13 @@ class SpikeConfig(RuleBase):
 
 
 @dataclass(frozen=True)
+class StepTimeConfig(SpikeConfig):
+    min_excess_s: float = num(ge=0)
+    """A slow step must also take this many seconds more than the median: on a shared CPU a 1 ms
+    step often takes 3 ms, which is jitter, not a stall (series named ``*_ms`` are in ms)."""
+
+
+@dataclass(frozen=True)
 class VanishingConfig(RuleBase):
     window: int = integer(ge=2)
     """Points per block median."""
@@ -276,7 +283,7 @@ RULE_MODELS: dict[str, type[RuleBase]] = {
     "overfit": OverfitConfig,
     "lr_exhausted": LrConfig,
     "stalled_stream": StreamConfig,
-    "step_time_outlier": SpikeConfig,
+    "step_time_outlier": StepTimeConfig,
     "throughput_drop": ThroughputConfig,
     "memory_growth": MemoryConfig,
     "state_detach": DetachConfig,

@@ -14,7 +14,7 @@ import numpy as np
 from trainwatch.humanize import fmt_duration
 from trainwatch.rules.base import Context, Frame, Hit, Points, Rule, fmt, r6
 from trainwatch.rules.episode import ESCALATE, START_ESCALATED
-from trainwatch.rules.models import SpikeConfig
+from trainwatch.rules.models import SpikeConfig, StepTimeConfig
 from trainwatch.rules.spike_detector import SpikeDetector, SpikeEvent
 
 
@@ -161,6 +161,16 @@ class StepTimeOutlierRule(SpikeRule):
     def _severity(self, ev: SpikeEvent) -> str:
         return self.cfg.severity  # a slow step is never an error; sustained slowness is throughput_drop
 
+    def update(self, frame: Frame) -> list[Hit]:
+        hits = super().update(frame)
+        if not hits:
+            return hits
+        cfg: StepTimeConfig = self.cfg
+        pts = frame.role(self.role)
+        scale = 1000.0 if pts is not None and pts.name.endswith("_ms") else 1.0
+        floor = cfg.min_excess_s * scale
+        return [h for h in hits if _excess(h) >= floor]
+
     def _hit(self, f: Points, ev: SpikeEvent) -> Hit:
         i = ev.index
         step, pos = int(f.steps[i]), int(f.pos[i])
@@ -184,3 +194,12 @@ class StepTimeOutlierRule(SpikeRule):
         return self.alert(pos=pos, severity=self._severity(ev), step=step, time=float(f.times[i]),
                           metric=f.name, message=message, evidence=self._evidence(f, ev),
                           causes=causes, fixes=fixes)
+
+
+def _excess(hit: Hit) -> float:
+    """How much longer than the median the slow step took (in the series' unit)."""
+    ev = hit.alert.evidence
+    value, median = ev.get("value"), ev.get("window_median")
+    if not isinstance(value, (int, float)) or not isinstance(median, (int, float)):
+        return math.inf
+    return float(value) - float(median) if math.isfinite(median) else math.inf

@@ -117,6 +117,16 @@ def test_step_time_outlier_is_a_note() -> None:
     assert all(a.severity == "info" for a in alerts)
 
 
+def test_step_time_jitter_of_a_fast_loop_is_not_an_outlier() -> None:
+    # a 1 ms step that takes 5 ms on a shared CPU is jitter; one that stalls for 0.5 s is not
+    run = clean(3000, "exp", noise=0.03, seed=8)
+    run["step_time"][:] = run["step_time"] / run["step_time"].mean() * 1e-3
+    run["step_time"][idx(run, 1500)] = 5e-3
+    run["step_time"][idx(run, 2500)] = 0.5
+    alerts = [a for a in _alerts(to_jsonl(run)) if a.rule == "step_time_outlier"]
+    assert [a.step for a in alerts] == [2500]
+
+
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("noise", [0.01, 0.06])
 def test_no_spike_alerts_on_clean_runs(shape: str, noise: float) -> None:
