@@ -36,6 +36,10 @@ class DivergenceRule(Rule):
         self.quiet = 0
         self.active = False
         self.escalated = False
+        self.rearm_below: float | None = None
+        """After an alert, a best below this re-arms the rule: a loss that stays flat and noisy
+        around the same level is the same story, not a new divergence (it fired again and again
+        before), and only real progress (``rise`` below the best at the alert) starts a new one."""
 
     def update(self, frame: Frame) -> list[Hit]:
         b = shared_blocks(self.ctx, frame, "loss", self.cfg.window)
@@ -75,14 +79,17 @@ class DivergenceRule(Rule):
             if self.active and self.quiet >= 2:
                 self.active = False
         kind = None
-        if not self.active and (self.up >= cfg.windows or err):
+        if not self.active and ((self.up >= cfg.windows and self.rearm_below is None) or err):
             kind = "error" if err else cfg.severity
             self.active, self.escalated = True, err
+            self.rearm_below = best - cfg.rise * abs(best)
         elif self.active and not self.escalated and err:
             kind, self.escalated = "error", True
         hit = None if kind is None else self._fire(frame, b, i, med, best, kind, capped)
         if med < best:
             self.best, self.best_step = med, int(b.step[i])
+            if self.rearm_below is not None and med < self.rearm_below:
+                self.rearm_below = None
         return hit
 
     def _ready(self) -> bool:
@@ -111,6 +118,8 @@ class DivergenceRule(Rule):
             j = int(np.argmin(med[:k]))
             if med[j] < self.best:
                 self.best, self.best_step = float(med[j]), int(b.step[i + j])
+                if self.rearm_below is not None and self.best < self.rearm_below:
+                    self.rearm_below = None
         return k
 
     def _fire(self, frame: Frame, b: Blocks, i: int, med: float, best: float, severity: str,

@@ -198,3 +198,14 @@ def test_lr_at_floor_while_the_loss_improves() -> None:
     found = of(alerts, "lr_exhausted")
     assert found and found[0][0] >= 800
     assert "decayed too early" in next(a for a in alerts if a.rule == "lr_exhausted").message
+
+
+def test_divergence_on_a_flat_wandering_loss_fires_once_per_new_best() -> None:
+    # the demo's LSTM: a loss that has stopped improving and wanders +-15 % around its level.
+    # Against the lowest noisy window median it is "above its best" again and again; that is one
+    # story, told once, until the loss makes new progress.
+    run = clean(12_000, "exp", noise=0.08, seed=5)
+    s = run["step"].astype(float)
+    set_loss(run, 2000, 0.3 * (1 + 0.15 * np.sin(s[idx(run, 2000):] / 400.0)))
+    alerts = of(engine_alerts(to_jsonl(run)), "divergence")
+    assert len(alerts) <= 1, alerts
