@@ -8,6 +8,7 @@ anomalous points, so ``loss_spike`` can say whether the gradient norm spiked fir
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 
@@ -162,14 +163,24 @@ class StepTimeOutlierRule(SpikeRule):
         return self.cfg.severity  # a slow step is never an error; sustained slowness is throughput_drop
 
     def update(self, frame: Frame) -> list[Hit]:
-        hits = super().update(frame)
-        if not hits:
-            return hits
-        cfg: StepTimeConfig = self.cfg
+        # The detector sees step times shifted up by c = min_excess / (min_ratio - 1): robust z is
+        # unchanged by a shift, and "x - median >= (min_ratio - 1) * (median + c)" asks a slow
+        # step to pass the ratio AND an absolute excess. Jitter of a 1 ms loop on a shared CPU
+        # then never opens an episode (whose cooldown would hide the real stall that follows).
         pts = frame.role(self.role)
-        scale = 1000.0 if pts is not None and pts.name.endswith("_ms") else 1.0
-        floor = cfg.min_excess_s * scale
-        return [h for h in hits if _excess(h) >= floor]
+        if pts is None or not len(pts):
+            return []
+        f = pts.finite()
+        cfg: StepTimeConfig = self.cfg
+        scale = 1000.0 if f.name.endswith("_ms") else 1.0
+        c = cfg.min_excess_s * scale / max(cfg.min_ratio - 1.0, 1e-9)
+        events, flagged = self.det.update(f.values + c, f.steps)
+        if flagged.shape[0]:
+            log = self.ctx.log(self.id)
+            for k in flagged.tolist():
+                log.add(int(f.pos[k]), int(f.steps[k]))
+        return [self._hit(f, replace(ev, value=ev.value - c, median=ev.median - c,
+                                     early_max=ev.early_max - c)) for ev in events]
 
     def _hit(self, f: Points, ev: SpikeEvent) -> Hit:
         i = ev.index
@@ -194,12 +205,3 @@ class StepTimeOutlierRule(SpikeRule):
         return self.alert(pos=pos, severity=self._severity(ev), step=step, time=float(f.times[i]),
                           metric=f.name, message=message, evidence=self._evidence(f, ev),
                           causes=causes, fixes=fixes)
-
-
-def _excess(hit: Hit) -> float:
-    """How much longer than the median the slow step took (in the series' unit)."""
-    ev = hit.alert.evidence
-    value, median = ev.get("value"), ev.get("window_median")
-    if not isinstance(value, (int, float)) or not isinstance(median, (int, float)):
-        return math.inf
-    return float(value) - float(median) if math.isfinite(median) else math.inf

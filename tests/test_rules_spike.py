@@ -122,6 +122,7 @@ def test_step_time_jitter_of_a_fast_loop_is_not_an_outlier() -> None:
     run = clean(3000, "exp", noise=0.03, seed=8)
     run["step_time"][:] = run["step_time"] / run["step_time"].mean() * 1e-3
     run["step_time"][idx(run, 1500)] = 5e-3
+    run["step_time"][idx(run, 2410):idx(run, 2500):7] = 8e-3  # a loaded CPU, just before it
     run["step_time"][idx(run, 2500)] = 0.5
     alerts = [a for a in _alerts(to_jsonl(run)) if a.rule == "step_time_outlier"]
     assert [a.step for a in alerts] == [2500]
