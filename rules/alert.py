@@ -44,22 +44,23 @@ class Alert:
             "rule": self.rule,
             "severity": self.severity,
             "step": self.step,
-            "time": _json_safe(self.time),
+            "time": json_safe(self.time),
             "metric": self.metric,
             "message": self.message,
-            "evidence": _json_safe(dict(self.evidence)),
+            "evidence": json_safe(dict(self.evidence)),
             "causes": [{"cause": c.cause, "confidence": round(c.confidence, 3)} for c in self.causes],
             "fixes": list(self.fixes),
         }
 
 
-def _json_safe(v: Any) -> Any:
+def json_safe(v: Any) -> Any:
+    """A copy strict JSON can hold: non-finite floats become null, numpy scalars plain numbers."""
     if isinstance(v, float):
         return v if math.isfinite(v) else None
     if isinstance(v, dict):
-        return {str(k): _json_safe(x) for k, x in v.items()}
+        return {str(k): json_safe(x) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
-        return [_json_safe(x) for x in v]
+        return [json_safe(x) for x in v]
     if hasattr(v, "item") and callable(v.item):  # numpy scalar
-        return _json_safe(v.item())
+        return json_safe(v.item())
     return v

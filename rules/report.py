@@ -19,7 +19,7 @@ import numpy as np
 
 from trainwatch.humanize import fmt_count, fmt_duration, fmt_num
 from trainwatch.roles import DEFAULT_ROLES
-from trainwatch.rules.alert import SEVERITY_RANK, Alert
+from trainwatch.rules.alert import SEVERITY_RANK, Alert, json_safe
 from trainwatch.rules.check import count_steps, describe_alert, run_check
 from trainwatch.rules.run_summary import (
     LrSchedule,
@@ -82,7 +82,7 @@ class Report:
         d["alerts"] = [a.to_dict() for a in self.alerts]
         d["verdict"] = {"verdict": self.verdict.verdict, "reason": self.verdict.reason,
                         "recommendations": list(self.verdict.recommendations)}
-        return _json_safe(d)
+        return json_safe(d)
 
 
 # ------------------------------------------------------------------------------------ building
@@ -241,15 +241,3 @@ def _metric_line(m: MetricSummary) -> str:
     if not math.isfinite(m.last):
         final = f"ended {fmt_num(m.last)} (last finite: {fmt_num(m.final)}{smooth})"
     return f"{final}, {best}, first {fmt_num(m.first)}{nf}"
-
-
-def _json_safe(v: Any) -> Any:
-    if isinstance(v, float):
-        return v if math.isfinite(v) else None
-    if isinstance(v, dict):
-        return {str(k): _json_safe(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_json_safe(x) for x in v]
-    if isinstance(v, np.generic):
-        return _json_safe(v.item())
-    return v
