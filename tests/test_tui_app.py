@@ -126,6 +126,12 @@ async def test_view_keys_change_the_charts(tmp_path):
         await wait_for(pilot, lambda: chart_for(app, "loss").spec.traces[0].xs[0] >= 2000)
         await pilot.press("z", "x")
         await wait_for(pilot, lambda: app.view.x_mode == "relative")
+        # the view changes at once; the chart follows on its next (throttled) frame
+        await wait_for(
+            pilot,
+            lambda: chart_for(app, "loss").spec.traces[0].xs[0] < 1000,
+            what="the chart redrawn in relative time over the whole run",
+        )
         xs = chart_for(app, "loss").spec.traces[0].xs
         assert xs[0] == pytest.approx(0.1) and xs[-1] == pytest.approx(300.0)
         await pilot.press("o")
