@@ -151,7 +151,11 @@ class Context:
 
     def __init__(self) -> None:
         self._hist: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
-        """role -> (pos, steps, values): the last HISTORY finite values before this frame."""
+        """role -> (pos, steps, values): the last HISTORY finite values before this frame (with
+        the ``_pending`` tails after them)."""
+        self._pending: dict[str, list[Points]] = {}
+        """role -> finite tails of recent small frames, not yet folded into ``_hist`` (a live
+        stream of one-record frames would otherwise copy the history at every record)."""
         self.frame: Frame | None = None
         self.logs: dict[str, StepLog] = {}
         self.run_points: dict[str, int] = {}
@@ -168,7 +172,7 @@ class Context:
     def recent(self, role: str, upto_pos: int, n: int) -> tuple[np.ndarray, np.ndarray]:
         """(steps, values) of the last ``n`` (<= HISTORY) finite values of ``role`` at or before
         a record (``role`` in HISTORY_ROLES)."""
-        hp, hs, hv = self._hist.get(role, (_EMPTY_I, _EMPTY_I, _EMPTY_F))
+        hp, hs, hv = self._history(role)
         fr = self.frame
         pts = fr.role(role) if fr is not None else None
         if pts is not None and len(pts):
@@ -196,6 +200,19 @@ class Context:
         _s, v = self.recent(role, upto_pos, 1)
         return float(v[0]) if v.shape[0] else None
 
+    def _history(self, role: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The history of ``role`` with the pending tails folded in."""
+        pend = self._pending.get(role)
+        if pend:
+            hp, hs, hv = self._hist.get(role, (_EMPTY_I, _EMPTY_I, _EMPTY_F))
+            self._hist[role] = (
+                np.concatenate([hp, *(t.pos for t in pend)])[-HISTORY:],
+                np.concatenate([hs, *(t.steps for t in pend)])[-HISTORY:],
+                np.concatenate([hv, *(t.values for t in pend)])[-HISTORY:],
+            )
+            pend.clear()
+        return self._hist.get(role, (_EMPTY_I, _EMPTY_I, _EMPTY_F))
+
     def end_frame(self, frame: Frame) -> None:
         """Fold the frame's finite values into the history."""
         for role in HISTORY_ROLES:
@@ -205,16 +222,15 @@ class Context:
             fin = pts.finite()
             n = len(fin)
             self.run_points[role] = self.run_points.get(role, 0) + n
-            tail = fin if n <= HISTORY else fin.take(slice(-HISTORY, None))
-            hp, hs, hv = self._hist.get(role, (_EMPTY_I, _EMPTY_I, _EMPTY_F))
-            if len(tail) < HISTORY and hp.shape[0]:
-                self._hist[role] = (
-                    np.concatenate((hp, tail.pos))[-HISTORY:],
-                    np.concatenate((hs, tail.steps))[-HISTORY:],
-                    np.concatenate((hv, tail.values))[-HISTORY:],
-                )
-            else:
-                self._hist[role] = (tail.pos, tail.steps, tail.values)
+            if n >= HISTORY:
+                self._hist[role] = (fin.pos[-HISTORY:], fin.steps[-HISTORY:],
+                                    fin.values[-HISTORY:])
+                self._pending.pop(role, None)
+            elif n:
+                pend = self._pending.setdefault(role, [])
+                pend.append(fin)
+                if len(pend) >= 64:  # folded now and then, and whenever a rule asks
+                    self._history(role)
 
     def rewind(self) -> None:
         """A new segment: step-keyed logs no longer compare with the new steps, and shared

@@ -33,8 +33,10 @@ _SE_MEDIAN = 1.2533
 class Blocks:
     med: np.ndarray
     mad: np.ndarray
+    """(empty when the stream computes no noise)"""
     noise: np.ndarray
-    """Relative standard error of a block median, over the last NOISE_BLOCKS blocks."""
+    """Relative standard error of a block median, over the last NOISE_BLOCKS blocks (empty when
+    the stream computes no noise)."""
     step: np.ndarray
     time: np.ndarray
     pos: np.ndarray
@@ -44,8 +46,11 @@ class Blocks:
 
 
 class BlockStream:
-    def __init__(self, k: int) -> None:
+    def __init__(self, k: int, *, noise: bool = True) -> None:
         self.k = k
+        self.noise = noise
+        """Compute the blocks' MAD and noise level (a stream whose rules read only the medians
+        leaves them empty)."""
         self.se = _SE_MEDIAN * MAD_TO_SIGMA / math.sqrt(k)
         self.reset()
 
@@ -71,6 +76,12 @@ class BlockStream:
         rows = np.sort(rows, axis=1)
         med = rows[:, (k - 1) // 2] + rows[:, k // 2]
         med *= 0.5  # = median_sorted(rows), in place
+        nb = med.shape[0]
+        self.count += nb
+        # block j ends at the new point k - c - 1 + j k (the carried ones are fewer than k)
+        last = slice(k - c - 1, k - c - 1 + nb * k, k)
+        if not self.noise:
+            return Blocks(med, _NONE, _NONE, pts.steps[last], pts.times[last], pts.pos[last])
         dev = rows - med[:, None]
         np.abs(dev, out=dev)
         dev.sort(axis=1)
@@ -85,10 +96,6 @@ class BlockStream:
         if not np.isfinite(rel.sum()):  # (a huge MAD over a tiny median: treated as no noise)
             rel[~np.isfinite(rel)] = 0.0
         noise = self._rolling(rel)
-        nb = med.shape[0]
-        self.count += nb
-        # block j ends at the new point k - c - 1 + j k (the carried ones are fewer than k)
-        last = slice(k - c - 1, k - c - 1 + nb * k, k)
         return Blocks(med, mad, noise, pts.steps[last], pts.times[last], pts.pos[last])
 
     def _rolling(self, rel: np.ndarray) -> np.ndarray:
@@ -144,21 +151,26 @@ def drive(n: int, ready: Callable[[], bool], fast: Callable[[int], int],
         wait -= 1
 
 
-def shared_blocks(ctx: Context, frame: Frame, role: str, k: int) -> Blocks:
+def shared_blocks(ctx: Context, frame: Frame, role: str, k: int, *,
+                  noise: bool = True) -> Blocks:
     """The blocks of ``role`` completed in this frame, computed once for every rule that asks
-    (the stream's state lives in the context and restarts with it at a rewind)."""
-    key = (role, k)
+    (the stream's state lives in the context and restarts with it at a rewind). With
+    ``noise=False`` the blocks carry no MAD or noise level (cheaper, for rules that read only the
+    medians)."""
+    key = (role, k, noise)
     cached = ctx.shared.get(("frame", key))
     if cached is not None and cached[0] is frame:
         return cached[1]
     stream = ctx.shared.get(key)
     if stream is None:
-        stream = ctx.shared[key] = BlockStream(k)
+        stream = ctx.shared[key] = BlockStream(k, noise=noise)
     pts = frame.role(role)
     b = stream.push(pts.finite()) if pts is not None and len(pts) else _EMPTY
     ctx.shared[("frame", key)] = (frame, b)
     return b
 
 
+_NONE = np.empty(0)
+"""MAD and noise of the blocks of a stream that computes neither."""
 _EMPTY = Blocks(np.empty(0), np.empty(0), np.empty(0), np.empty(0, dtype=np.int64), np.empty(0),
                 np.empty(0, dtype=np.int64))

@@ -158,9 +158,12 @@ class TrendTrack:
         if n >= k:
             self._s, self._v, self._p, self._t = (pts.steps[-k:], pts.values[-k:],
                                                   pts.pos[-k:], pts.times[-k:])
-            self.count += n
         elif n:
-            self.push(pts)
+            self._s = np.concatenate((self._s, pts.steps))[-k:]
+            self._v = np.concatenate((self._v, pts.values))[-k:]
+            self._p = np.concatenate((self._p, pts.pos))[-k:]
+            self._t = np.concatenate((self._t, pts.times))[-k:]
+        self.count += n
 
     def push(self, pts: Points) -> Pushed:
         n_old = self._v.shape[0]

@@ -44,6 +44,10 @@ _EMPTY = Points("", np.empty(0, dtype=np.int64), np.empty(0), np.empty(0),
 class GrowthAnalysis:
     """Runs once per frame for both rules; each rule takes its own hits."""
 
+    fast = True
+    """Skip what cannot matter: a frame of flat memory, windows in a flat tail (tests turn it
+    off to compare)."""
+
     def __init__(self, mem: MemoryConfig, det: DetachConfig, ctx: Context) -> None:
         self.mem, self.det, self.ctx = mem, det, ctx
         keep = max(mem.window, det.window)
@@ -83,7 +87,7 @@ class GrowthAnalysis:
             mem.min_growth, det.memory_min_growth) / 2 * abs(mm[0])
         probe_hits = self._probe(frame) if det.enabled else []
         graph = self._graph_points(frame) if det.enabled else None
-        if flat and not self.mem_active and not probe_hits and graph is None:
+        if self.fast and flat and not self.mem_active and not probe_hits and graph is None:
             # no trend can be tested, memory cannot rise: the tracks only move on
             self.time_track.advance(time_pts)
             self.mem_track.advance(mem_pts)
@@ -93,9 +97,9 @@ class GrowthAnalysis:
         mv = mp.values
         ev_t = tp.evals(det.window, det.every, det.warmup_points)
         ev_m = mp.evals(mem.window, mem.every, mem.warmup_points)
-        # windows inside a steady tail cannot pass the quick growth bars (half the exact ones):
-        # their estimates are not computed (see flat_from)
-        m_flat = -1 if flat or not mv.shape[0] else flat_from(
+        # windows inside a steady tail cannot reach the quick growth bars: their estimates are
+        # not computed (see flat_from)
+        m_flat = None if flat or not mv.shape[0] or not self.fast else flat_from(
             mv, min(mem.min_growth, det.memory_min_growth) / 2)
         events: list[tuple[int, int, str, int]] = []  # (pos, order, kind, index)
         if det.enabled:
@@ -108,7 +112,7 @@ class GrowthAnalysis:
                     if cand.any():
                         cand &= ev_t.growth(mask=cand) >= det.time_min_growth / 2
                 elif det.time_only:
-                    t_flat = flat_from(tp.values, det.time_only_growth / 2)
+                    t_flat = flat_from(tp.values, det.time_only_growth / 2) if self.fast else None
                     cand = ev_t.growth(t_flat) >= det.time_only_growth / 2
                 else:
                     cand = np.zeros(ev_t.end.shape[0], dtype=bool)
@@ -123,7 +127,7 @@ class GrowthAnalysis:
         else:
             ev_g = None
         if mem.enabled and ev_m.end.shape[0] and (self.mem_active or not flat):
-            pre = ev_m.growth(None if m_flat < 0 else m_flat) >= mem.min_growth / 2
+            pre = ev_m.growth(m_flat) >= mem.min_growth / 2
             if pre.any() or self.mem_active:
                 events += [(int(ev_m.pos[ev_m.end[k]]), 3, "mem" if pre[k] else "mem_ok", k)
                            for k in range(ev_m.end.shape[0])]

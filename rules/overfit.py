@@ -70,7 +70,8 @@ class OverfitRule(Rule):
         cfg: OverfitConfig = self.cfg
         self.n += 1
         self.vals.append(v)
-        m = small_median(list(self.vals)[-3:])
+        vals = self.vals
+        m = small_median((vals[-1], vals[-2], vals[-3]) if len(vals) >= 3 else vals)
         if self.best_m is None or m < self.best_m:
             self.best_m = m
         if self.best is None or v < self.best:

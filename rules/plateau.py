@@ -187,13 +187,13 @@ class PlateauRule(Rule):
     def _val(self, frame: Frame, pts: Points) -> list[Hit]:
         cfg: PlateauConfig = self.cfg
         hits: list[Hit] = []
-        for i, x in enumerate(pts.values.tolist()):
-            step, pos = int(pts.steps[i]), int(pts.pos[i])
+        for i, (x, step, pos) in enumerate(zip(pts.values.tolist(), pts.steps.tolist(),
+                                               pts.pos.tolist())):
             self.v_recent.append(x)
             self.v_count += 1
             if self.v_count % 4 == 1:  # the noise estimate is refreshed every 4 evaluations
                 self._v_noise = tuple(self.v_recent)  # (computed if a decision needs it)
-            if self._rearmed(self.v_fired_at, x):
+            if self.v_fired_at is not None and self._rearmed(self.v_fired_at, x):
                 self.v_fired_at = None
             # the margin only matters below the best (it is >= 0): its noise term is computed
             # there, not at every evaluation

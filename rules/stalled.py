@@ -28,6 +28,9 @@ def run_lengths(values: np.ndarray, prev: float | None, prev_len: int) -> np.nda
 
 class LearningStalledRule(Rule):
     id = "learning_stalled"
+    fast = True
+    """Take a frame where no value repeats the one before it in a few array operations (tests
+    turn it off to compare)."""
 
     def __init__(self, cfg: StalledConfig, ctx: Context) -> None:
         super().__init__(cfg, ctx)
@@ -48,7 +51,7 @@ class LearningStalledRule(Rule):
             return []
         cfg: StalledConfig = self.cfg
         v = f.values
-        if (min(cfg.zero_points, cfg.constant_points) > 1 and v[0] != self.prev
+        if (self.fast and min(cfg.zero_points, cfg.constant_points) > 1 and v[0] != self.prev
                 and not np.count_nonzero(v[1:] == v[:-1])):
             # no value repeats the one before it: every run has length 1, nothing can fire
             self.prev, self.prev_len, self.start_step = float(v[-1]), 1, int(f.steps[-1])

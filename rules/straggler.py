@@ -133,21 +133,31 @@ class RankStraggler:
         slow = ratio >= cfg.ratio
         if not slow.any() and not st.active and st.run == 0:
             return hits
-        for i, sl in enumerate(slow.tolist()):
-            if sl:
-                if st.run == 0:
-                    st.run_start = int(steps[i])
-                st.run += 1
-                st.quiet = 0
-                if st.run >= cfg.sustain and not st.active:
-                    st.active = True
-                    hits.append(self._hit(rank, st, int(steps[i]), float(times[i]),
-                                          float(ratio[i]), float(mine[i]), float(med[i]), n_ranks))
-            else:
+        # runs of slow (or normal) compared steps, each in one step: the state machine below
+        # is the per-step one (a run reaching `sustain` fires once; `rearm_points` normal
+        # steps re-arm), taken a run at a time
+        n = slow.shape[0]
+        cuts = ((slow[1:] != slow[:-1]).nonzero()[0] + 1).tolist()
+        starts = [0, *cuts]
+        for a, b, sl in zip(starts, [*cuts, n], slow[starts].tolist()):
+            if not sl:
                 st.run = 0
-                st.quiet += 1
+                st.quiet += b - a
                 if st.active and st.quiet >= cfg.rearm_points:
                     st.active = False
+                continue
+            if st.run == 0:
+                st.run_start = int(steps[a])
+            st.quiet = 0
+            before = st.run
+            st.run += b - a
+            if not st.active and st.run >= cfg.sustain:
+                i = a + max(0, cfg.sustain - before - 1)
+                end_run, st.run = st.run, before + i - a + 1  # the message tells the run then
+                st.active = True
+                hits.append(self._hit(rank, st, int(steps[i]), float(times[i]),
+                                      float(ratio[i]), float(mine[i]), float(med[i]), n_ranks))
+                st.run = end_run
         return hits
 
     def _hit(self, rank: int, st: _RankState, step: int, time: float, ratio: float, mine: float,

@@ -32,7 +32,7 @@ class GradVanishingRule(Rule):
 
     def update(self, frame: Frame) -> list[Hit]:
         lb = shared_blocks(self.ctx, frame, "loss", self.cfg.window)
-        gb = shared_blocks(self.ctx, frame, "grad_norm", self.cfg.window)
+        gb = shared_blocks(self.ctx, frame, "grad_norm", self.cfg.window, noise=False)
         if not len(gb):
             self._add_loss(lb, 0, len(lb))
             return []

@@ -152,10 +152,14 @@ def test_no_ui_or_torch_imports() -> None:
 
 
 def test_fast_paths_match_the_plain_loops(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Runs of quiet blocks are taken in one vectorised step; the plain per-block loops are the
-    reference."""
+    """Runs of quiet blocks are taken in one vectorised step, and quiet frames skip what cannot
+    fire; the plain per-block loops and full computations are the reference."""
     from trainwatch.rules.divergence import DivergenceRule
+    from trainwatch.rules.lr import LrExhaustedRule
+    from trainwatch.rules.memory import GrowthAnalysis
     from trainwatch.rules.plateau import PlateauRule
+    from trainwatch.rules.stalled import LearningStalledRule
+    from trainwatch.rules.stream import StalledStreamRule
     from trainwatch.rules.throughput import ThroughputDropRule
     from trainwatch.rules.vanishing import GradVanishingRule
 
@@ -168,13 +172,21 @@ def test_fast_paths_match_the_plain_loops(monkeypatch: pytest.MonkeyPatch) -> No
         set_loss(run, 3000, m * 2 ** (k / 400))
         run["grad_norm"][idx(run, 1500):idx(run, 2500)] *= 1e-4
         datas.append(to_jsonl(run))
+    for seed in range(2):  # the LR at its floor while the loss improves, then ~0; a frozen loss
+        run = clean(5000, "exp", seed=30 + seed)
+        run["lr"][idx(run, 1000):] *= 0.03
+        run["lr"][idx(run, 3500):] = 0.0
+        run["loss"][idx(run, 4500):] = run["loss"][idx(run, 4500)]
+        datas.append(to_jsonl(run))
     fast = [_feed(parse_live(d, seed=1, max_lines=400)).alerts for d in datas]
-    for cls in (ThroughputDropRule, DivergenceRule, PlateauRule, GradVanishingRule):
+    for cls in (ThroughputDropRule, DivergenceRule, PlateauRule, GradVanishingRule,
+                LrExhaustedRule, LearningStalledRule, StalledStreamRule, GrowthAnalysis):
         monkeypatch.setattr(cls, "fast", False)
     slow = [_feed(parse_live(d, seed=1, max_lines=400)).alerts for d in datas]
     assert fast == slow
     rules = {a.rule for run in fast for a in run}
-    assert {"plateau", "divergence", "grad_vanishing", "throughput_drop"} <= rules
+    assert {"plateau", "divergence", "grad_vanishing", "throughput_drop", "memory_growth",
+            "state_detach", "stalled_stream", "lr_exhausted", "learning_stalled"} <= rules, rules
 
 
 # ------------------------------------------------------------------ live stalls by arrival time

@@ -10,11 +10,13 @@ import pytest
 from trainwatch.rules.base import Points
 from trainwatch.rules.blocks import BlockStream
 from trainwatch.rules.episode import ESCALATE, START, START_ESCALATED, Episode
+from trainwatch.rules.growth import flat_from, quick_growth
 from trainwatch.rules.stats import (
     block_medians,
     improving,
     mad_sorted,
     median,
+    nan_median_rows,
     noise_sd,
     rankdata,
     sliding_max,
@@ -183,3 +185,46 @@ def test_episode_semantics() -> None:
     assert ep.hit(30, severe=True) == START_ESCALATED
     ep.reset()
     assert ep.hit(0) == START
+
+
+def _ranks_by_definition(a: np.ndarray) -> np.ndarray:
+    """Rank 1..n, ties sharing the mean of the ranks they span (O(n^2), the definition)."""
+    less = (a[None, :] < a[:, None]).sum(axis=1)
+    equal = (a[None, :] == a[:, None]).sum(axis=1)
+    return less + (equal + 1) / 2.0
+
+
+def test_rankdata_fast_paths_match_the_definition() -> None:
+    for n in (1, 2, 5, 40, 200):
+        for a in (RNG.standard_normal(n), np.sort(RNG.standard_normal(n)),  # no ties; in order
+                  np.arange(n, dtype=float),  # steps
+                  RNG.integers(0, 4, n).astype(float), np.sort(RNG.integers(0, 4, n))):  # ties
+            assert np.array_equal(rankdata(a), _ranks_by_definition(a))
+
+
+def test_nan_median_rows_matches_numpy() -> None:
+    for cols in (1, 2, 3, 4, 7):
+        a = RNG.lognormal(0, 1, (400, cols))
+        a[RNG.random(a.shape) < 0.3] = np.nan
+        a[0] = np.nan  # a row with no value
+        with np.errstate(all="ignore"), pytest.warns(RuntimeWarning):
+            ref = np.nanmedian(a, axis=1)
+        assert np.array_equal(nan_median_rows(a), ref, equal_nan=True)
+
+
+def test_flat_tail_bounds_the_quick_growth() -> None:
+    """Every window inside the tail flat_from finds has a quick growth below the bar (that is
+    what lets the growth rules skip them)."""
+    for seed in range(20):
+        rng = np.random.default_rng(seed)
+        x = 1000.0 * (1 + rng.normal(0, 2e-3, 600))
+        x[: rng.integers(0, 300)] *= rng.uniform(0.5, 0.99)  # a ramp, then steady
+        bar = 0.005
+        f = flat_from(x, bar)
+        assert 0 <= f <= x.shape[0]
+        first = np.arange(f, x.shape[0] - 40 + 1)
+        if first.shape[0]:
+            assert (quick_growth(x, first, first + 40 - 8, 8) < bar).all()
+        if f > 0:  # and it is the longest such tail
+            tail = x[f - 1:]
+            assert not tail.max() - tail.min() < 0.999 * bar * tail.min()

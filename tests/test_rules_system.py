@@ -3,6 +3,8 @@ rank_straggler, console_error, and custom threshold rules."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from test_rules_data import (
@@ -195,6 +197,56 @@ def test_straggler_backfill_and_live_agree() -> None:
                 live.feed_rank(r, feeds[r].pop(0))
     live.finish(now=0.0)
     assert [(a.step, a.evidence["rank"]) for a in live.alerts] == [(510, 2)]
+
+
+def test_straggler_episodes_match_the_per_step_definition() -> None:
+    """Runs of slow steps are taken a run at a time; the per-step state machine is the
+    reference (carried across calls, as batches arrive)."""
+    from trainwatch.roles import DEFAULT_ROLES
+    from trainwatch.rules.straggler import RankStraggler, _RankState
+
+    cfg = load_rules_config().rules["rank_straggler"]
+
+    def by_step(st: _RankState, slow: list[bool]) -> list[tuple[int, int]]:
+        fired = []
+        for i, sl in enumerate(slow):
+            if sl:
+                if st.run == 0:
+                    st.run_start = i
+                st.run += 1
+                st.quiet = 0
+                if st.run >= cfg.sustain and not st.active:
+                    st.active = True
+                    fired.append((i, st.run))
+            else:
+                st.run = 0
+                st.quiet += 1
+                if st.active and st.quiet >= cfg.rearm_points:
+                    st.active = False
+        return fired
+
+    rng = np.random.default_rng(5)
+    checked = 0
+    for _ in range(300):
+        n = int(rng.integers(1, 120))
+        slow = rng.random(n) < rng.uniform(0.1, 0.95)
+        ref_state, state = _RankState(), _RankState()
+        ref = by_step(ref_state, slow.tolist())
+        r = RankStraggler(cfg, DEFAULT_ROLES, live=False)
+        r.inverted = False
+        got = []
+        cuts = sorted({0, n, *rng.integers(0, n, 3).tolist()})
+        for lo, hi in itertools.pairwise(cuts):
+            ratio = np.where(slow[lo:hi], 2.0, 1.0)
+            steps = np.arange(lo, hi)
+            hits = r._episodes(1, state, steps, ratio, ratio, np.ones(hi - lo), steps * 1.0, 4)
+            got += [(h.alert.step, h.alert.evidence["steps"]) for h in hits]
+        assert got == ref
+        assert (state.run, state.active) == (ref_state.run, ref_state.active)
+        if state.active:  # (the quiet count only matters while an episode is active)
+            assert state.quiet == ref_state.quiet
+        checked += len(ref)
+    assert checked > 50
 
 
 def test_no_straggler() -> None:
