@@ -198,7 +198,7 @@ async def bench_frame(tmp: Path, n: int, factory: Any) -> None:
             for c in charts:
                 c.data_key = None  # as if new data had arrived for every chart
             app._dirty.full = True
-            app._flush()
+            app._redraw()
             compose(app)
 
         t_ours, k_ours = cpu_per_call(ours, 20)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import math
 import os
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,7 @@ from trainwatch.tui.alert_detail import AlertDetailScreen
 from trainwatch.tui.alerts_pane import AlertsPane
 from trainwatch.tui.app import AppConfig, TrainwatchApp, make_app
 from trainwatch.tui.chart import ChartPanel
+from trainwatch.tui.chart_render import ChartSpec
 from trainwatch.tui.chart_screen import ChartScreen
 from trainwatch.tui.console_pane import ConsolePane
 from trainwatch.tui.header import HeaderBar
@@ -55,6 +58,22 @@ def chart_for(app: TrainwatchApp, key: str) -> ChartPanel:
     return next(c for c in charts(app) if c.key == key)
 
 
+async def drawn(pilot, app: TrainwatchApp, key: str, cond: Callable[[ChartSpec], object],
+                what: str, timeout: float = 5.0) -> ChartSpec:
+    """The spec chart ``key`` shows once ``cond`` holds for it. A key press or an append changes
+    the app's state at once but the chart only on its next (throttled) frame, so a test reads
+    points from the spec it waited for, never from the state it changed."""
+
+    def spec() -> ChartSpec | None:
+        chart = next((c for c in charts(app) if c.key == key), None)
+        return chart.spec if chart is not None else None
+
+    await wait_for(pilot, lambda: (s := spec()) is not None and cond(s), timeout, what)
+    shown = spec()
+    assert shown is not None
+    return shown
+
+
 async def loaded(pilot, app: TrainwatchApp) -> None:
     await wait_for(pilot, app.loaded.is_set, what="history loaded")
     await wait_for(pilot, lambda: app.frames, what="first frame")
@@ -74,7 +93,8 @@ async def test_live_append_shows_new_records(tmp_path):
         await wait_for(pilot, lambda: "epoch 2 done" in app.screen.query_one(ConsolePane).lines)
         text = screen_text(app)
         assert "step 110" in text and "/1,000" in text
-        assert chart_for(app, "loss").spec.traces[0].xs[-1] == 110
+        await drawn(pilot, app, "loss", lambda s: s.traces[0].xs[-1] == 110,
+                    "the loss chart drawn to step 110")
         assert app.state_of(app.current) == "running"
 
 
@@ -89,7 +109,8 @@ async def test_nan_arriving_live_alerts_rings_and_is_drawn_as_a_gap(tmp_path):
         await wait_for(pilot, lambda: pane.option_count == 1, what="the NaN alert")
         assert "nan_inf" in str(pane.get_option_at_index(0).prompt)
         assert app.bells == 1 and app.sent_notifications == ["nan_inf at step 60: loss is nan"]
-        await wait_for(pilot, lambda: chart_for(app, "loss").spec.traces[0].xs[-1] == 61)
+        await drawn(pilot, app, "loss", lambda s: s.traces[0].xs[-1] == 61 and s.marks,
+                    "the loss chart drawn to step 61 with the alert's mark")
         text = "\n".join(chart_for(app, "loss").text_lines())
         assert "×" in text and "▼" in text  # NaN mark and alert mark
         table = app.screen.query_one(MetricsTable)  # the table follows at 2 Hz
@@ -103,39 +124,38 @@ async def test_view_keys_change_the_charts(tmp_path):
     async with app.run_test(size=SIZE) as pilot:
         await loaded(pilot, app)
         # the history is read, but the chart may still be drawn from the tail-first preview
-        await wait_for(
-            pilot,
-            lambda: chart_for(app, "loss").spec is not None
-            and chart_for(app, "loss").spec.traces[0].xs[0] <= 1
-            and chart_for(app, "loss").spec.traces[0].xs[-1] == 3000,
-            what="the whole history drawn",
-        )
+        await drawn(pilot, app, "loss",
+                    lambda s: s.traces[0].xs[0] <= 1 and s.traces[0].xs[-1] == 3000,
+                    "the whole history drawn")
         loss = chart_for(app, "loss")
         assert chart_for(app, "grad_norm").spec.log_y and not loss.spec.log_y
         await pilot.press("y")  # the focused chart is the loss chart
-        await wait_for(pilot, lambda: chart_for(app, "loss").spec.log_y, what="log loss")
+        await drawn(pilot, app, "loss", lambda s: s.log_y, "log loss")
         assert chart_for(app, "grad_norm").spec.log_y
         await pilot.press("s")
-        await wait_for(pilot, lambda: len(chart_for(app, "loss").spec.traces) == 2)
-        raw, smooth = chart_for(app, "loss").spec.traces
+        spec = await drawn(pilot, app, "loss", lambda s: len(s.traces) == 2,
+                           "the smoothed line beside the raw one")
+        raw, smooth = spec.traces
         assert app.view.smoothing == 0.6 and "smooth 0.6" in str(loss.border_subtitle)
         assert raw.style.startswith("dim") and abs(smooth.ys[-1] - raw.ys[-1]) < 0.2
         rough = lambda y: abs(y[1:] - y[:-1]).mean()
         assert rough(smooth.ys) < rough(raw.ys)
         await pilot.press("z")
-        await wait_for(pilot, lambda: chart_for(app, "loss").spec.traces[0].xs[0] >= 2000)
+        await drawn(pilot, app, "loss", lambda s: s.traces[0].xs[0] >= 2000,
+                    "the last steps zoomed")
         await pilot.press("z", "x")
         await wait_for(pilot, lambda: app.view.x_mode == "relative")
-        # the view changes at once; the chart follows on its next (throttled) frame
-        await wait_for(
-            pilot,
-            lambda: chart_for(app, "loss").spec.traces[0].xs[0] < 1000,
-            what="the chart redrawn in relative time over the whole run",
+        # the view changes at once; the chart follows on its next (throttled) frame, and the
+        # frame after "z" alone (whole run, in steps) may come before the one after "x"
+        await drawn(
+            pilot, app, "loss",
+            lambda s: s.traces[0].xs[-1] == pytest.approx(300.0),
+            "the chart redrawn in relative time over the whole run",
         )
         xs = chart_for(app, "loss").spec.traces[0].xs
         assert xs[0] == pytest.approx(0.1) and xs[-1] == pytest.approx(300.0)
         await pilot.press("o")
-        await wait_for(pilot, lambda: chart_for(app, "loss").spec.robust)
+        await drawn(pilot, app, "loss", lambda s: s.robust, "outliers clipped")
 
 
 async def test_filter_narrows_table_and_charts(tmp_path):
@@ -146,7 +166,8 @@ async def test_filter_narrows_table_and_charts(tmp_path):
         await pilot.press("slash", *"grad|^lr")
         table = app.screen.query_one(MetricsTable)
         await wait_for(pilot, lambda: table.names == ["grad_norm", "lr"], what="filtered rows")
-        assert [c.key for c in charts(app) if c.spec] == ["series:grad_norm", "series:lr"]
+        await wait_for(pilot, lambda: [c.key for c in charts(app) if c.spec]
+                       == ["series:grad_norm", "series:lr"], what="filtered charts")
         await pilot.press("escape")
         await wait_for(pilot, lambda: len(table.names) == 4, what="filter cleared")
         await pilot.press("slash", "(")  # a bad regex keeps the last good filter and says why
@@ -208,10 +229,10 @@ async def test_runs_list_open_and_overlay(tmp_path):
         await wait_for(pilot, lambda: not isinstance(app.screen, RunsScreen))
         second = list(app.models)[1]
         assert app.current == second
-        await wait_for(pilot, lambda: chart_for(app, "loss").spec is not None)
-        spec = chart_for(app, "loss").spec
-        assert len(spec.traces) == 2  # this run's loss and the overlaid run's loss
-        assert "+1" in screen_text(app)
+        # the chart drawn before enter (the first run alone) is there until the next frame
+        await drawn(pilot, app, "loss", lambda s: len(s.traces) == 2,
+                    "this run's loss and the overlaid run's loss")
+        await wait_for(pilot, lambda: "+1" in screen_text(app), what="the overlay in the header")
 
 
 async def test_a_sweep_gains_a_run_while_watched(tmp_path):
@@ -253,7 +274,8 @@ async def test_a_rotated_file_starts_over(tmp_path):
         os.replace(new, path)  # logrotate / a restarted run writing a fresh file
         await wait_for(pilot, lambda: app.current_model().store.get("loss").count == 10,
                        what="store rebuilt from the new file")
-        await wait_for(pilot, lambda: chart_for(app, "loss").spec.traces[0].xs[-1] == 10)
+        await drawn(pilot, app, "loss", lambda s: s.traces[0].xs[-1] == 10,
+                    "the chart redrawn from the new file")
 
 
 async def test_waits_for_a_directory_that_does_not_exist_yet(tmp_path):
@@ -298,6 +320,19 @@ async def test_help_palette_and_quit(tmp_path):
         await wait_for(pilot, lambda: not app.is_running)
 
 
+async def test_a_flushed_print_inside_the_running_app_is_harmless(tmp_path):
+    """While the app runs, Textual captures stdout/stderr and a flush calls ``App._flush``: a
+    library printing with ``flush=True`` must neither fail nor trigger the app's redraw."""
+    write_run(tmp_path / "run", range(1, 10))
+    app, _ = app_for(tmp_path / "run")
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot, app)
+        print("a library says hello", flush=True)
+        sys.stderr.write("and warns\n")
+        sys.stderr.flush()
+        assert app.is_running
+
+
 async def test_idle_app_does_no_drawing_work(tmp_path):
     write_run(tmp_path / "run", range(1, 500))
     app, _ = app_for(tmp_path / "run")
@@ -320,8 +355,6 @@ def test_render_once_prints_a_screen(tmp_path):
 
 
 async def test_stop_and_restart_a_supervised_run(tmp_path):
-    import sys
-
     from trainwatch.trainer.supervise import read_process, start_run, stop_run
     from trainwatch.tui.confirm import ConfirmScreen
 

@@ -580,3 +580,26 @@ def test_chart_title_always_shows_the_values():
     assert tight.endswith(tuple(f"+{k}" for k in range(1, 6))) and len(tight) <= 34
     evil = [("[bold]x[/bold]", "#fff", "1")]
     assert Content.from_markup(chart_title(evil, 80)).plain == "━ [bold]x[/bold] 1"
+
+
+# ---------------------------------------------------------------------- engine protocol
+@pytest.mark.parametrize("engine_cls", ["RuleEngine", "FakeEngine"])
+def test_engines_take_what_the_engine_protocol_promises(engine_cls):
+    """The ingest worker calls ``feed(batch, now)``; both engines must accept every call the
+    protocol allows, by the same parameter names and defaults (no type checker runs in CI)."""
+    import inspect
+
+    from trainwatch.rules import RuleEngine
+    from trainwatch.tui.config import Engine
+    from trainwatch.tui.testing import FakeEngine
+
+    cls = {"RuleEngine": RuleEngine, "FakeEngine": FakeEngine}[engine_cls]
+    methods = [m for m in vars(Engine) if not m.startswith("_")]
+    assert {"feed", "feed_rank", "feed_console", "tick", "mute"} <= set(methods)
+    for name in methods:
+        want = inspect.signature(getattr(Engine, name)).parameters
+        got = inspect.signature(getattr(cls, name)).parameters
+        assert [(p.name, p.default) for p in want.values()] == [
+            (p.name, p.default) for p in got.values()
+        ], f"{engine_cls}.{name}"
+    assert inspect.signature(Engine.feed).parameters["now"].default is None

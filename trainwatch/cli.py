@@ -11,8 +11,13 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from trainwatch import __version__
+
+if TYPE_CHECKING:
+    from trainwatch.load import LoadedRun
+    from trainwatch.rules import RulesConfig
 
 EXIT_OK = 0
 EXIT_FOUND = 1
@@ -62,6 +67,30 @@ def _fail(message: str) -> int:
     return EXIT_USAGE
 
 
+class _InputError(Exception):
+    """Bad input a command cannot go on with; :func:`main` prints it as one line, exit 2."""
+
+
+def _load_rules(rules_file: Path | None) -> RulesConfig:
+    """The rules config (packaged defaults under ``--rules``), or :class:`_InputError`."""
+    from trainwatch.rules import ConfigError, load_rules_config
+
+    try:
+        return load_rules_config(rules_file)
+    except ConfigError as e:
+        raise _InputError(str(e)) from None
+
+
+def _load_run(path: Path) -> LoadedRun:
+    """Everything the run at ``path`` holds, or :class:`_InputError`."""
+    from trainwatch.load import LoadError, load_run
+
+    try:
+        return load_run(path)
+    except LoadError as e:
+        raise _InputError(str(e)) from None
+
+
 # ---------------------------------------------------------------------- inspect
 def cmd_inspect(argv: Sequence[str]) -> int:
     p = _parser(
@@ -74,13 +103,8 @@ def cmd_inspect(argv: Sequence[str]) -> int:
     p.add_argument("--format", choices=("text", "json"), default="text")
     a = p.parse_args(argv)
     from trainwatch.inspect import format_json, format_text, summarize
-    from trainwatch.load import LoadError, load_run
 
-    try:
-        run = load_run(a.path)
-    except LoadError as e:
-        return _fail(str(e))
-    summary = summarize(run)
+    summary = summarize(_load_run(a.path))
     print(format_json(summary) if a.format == "json" else format_text(summary))
     return EXIT_OK
 
@@ -98,19 +122,10 @@ def cmd_check(argv: Sequence[str]) -> int:
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.add_argument("--fail-on", choices=("error", "warning", "info", "never"), default="error")
     a = p.parse_args(argv)
-    from trainwatch.load import LoadError, load_run
-    from trainwatch.rules import ConfigError, load_rules_config
     from trainwatch.rules.check import exit_code, format_check_json, format_check_text, run_check
 
-    try:
-        cfg = load_rules_config(a.rules)
-    except ConfigError as e:
-        return _fail(str(e))
-    try:
-        run = load_run(a.path)
-    except LoadError as e:
-        return _fail(str(e))
-    result = run_check(run, cfg)
+    cfg = _load_rules(a.rules)  # first: a bad --rules is reported before a long load
+    result = run_check(_load_run(a.path), cfg)
     print(format_check_json(result) if a.format == "json" else format_check_text(result))
     return exit_code(result, a.fail_on)
 
@@ -127,16 +142,10 @@ def cmd_report(argv: Sequence[str]) -> int:
     p.add_argument("--rules", type=Path, help="YAML file overriding rule settings")
     p.add_argument("--format", choices=("markdown", "json"), default="markdown")
     a = p.parse_args(argv)
-    from trainwatch.load import LoadError, load_run
-    from trainwatch.rules import ConfigError, load_rules_config
     from trainwatch.rules.report import build_report, format_report_json, format_report_markdown
 
-    try:
-        cfg = load_rules_config(a.rules)
-        run = load_run(a.path)
-    except (ConfigError, LoadError) as e:
-        return _fail(str(e))
-    report = build_report(run, cfg)
+    cfg = _load_rules(a.rules)
+    report = build_report(_load_run(a.path), cfg)
     print(format_report_json(report) if a.format == "json" else format_report_markdown(report))
     return EXIT_OK
 
@@ -193,12 +202,7 @@ def cmd_watch(argv: Sequence[str], adopt: Path | None = None) -> int:
     a = p.parse_args(argv)
     if a.poll is not None and not a.poll > 0:
         return _fail(f"--poll {a.poll}: expected a number of seconds > 0")
-    from trainwatch.rules import ConfigError, load_rules_config
-
-    try:
-        rules = load_rules_config(a.rules)
-    except ConfigError as e:
-        return _fail(str(e))
+    rules = _load_rules(a.rules)
     from trainwatch.tui.app import AppConfig, make_app
 
     config = AppConfig(
@@ -245,6 +249,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         handler = cmd_watch
     try:
         return handler(args)
+    except _InputError as e:
+        return _fail(str(e))
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # `trainwatch inspect x | head`

@@ -3,9 +3,15 @@
 :func:`make_app` is the one factory the CLI and the tests use. The app owns the run models (the
 stores) and everything drawn; one ingest thread (see :mod:`trainwatch.tui.ingest`) reads, parses
 and runs the rules, and posts immutable messages. Redraws are coalesced: a lone record is drawn
-at once (``max_fps`` at most), a stream at :data:`STREAM_FPS`; a flush redraws only what changed,
-and a chart repaints only the rows that changed. With nothing arriving, the only timer is the 1 s
-clock that ages "last record 3 s ago" and lets the rules notice a stall.
+at once (``max_fps`` at most), a stream at :data:`~trainwatch.tui.redraw.STREAM_FPS`; a redraw
+draws only what changed, and a chart repaints only the rows that changed. With nothing arriving,
+the only timer is the 1 s clock that ages "last record 3 s ago" and lets the rules notice a stall.
+
+This module holds the app's state, its start and stop, and what the ingest messages do to the
+run models. The rest are mixins, one job each: :mod:`~trainwatch.tui.redraw` (when to draw),
+:mod:`~trainwatch.tui.alert_feed` (alerts, bell, mute), :mod:`~trainwatch.tui.app_actions`
+(view keys and navigation) and :mod:`~trainwatch.tui.run_control` (new run, stop, restart,
+resume, the quit prompt).
 """
 
 from __future__ import annotations
@@ -13,8 +19,6 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable
-from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -25,6 +29,7 @@ from textual.screen import ModalScreen, Screen
 from textual.timer import Timer
 
 from trainwatch.tui import messages as m
+from trainwatch.tui.alert_feed import AlertFeed
 from trainwatch.tui.app_actions import ViewActions
 from trainwatch.tui.config import AppConfig, EngineFactory
 from trainwatch.tui.dashboard import Dashboard
@@ -32,9 +37,9 @@ from trainwatch.tui.header import HeaderInfo, header_info
 from trainwatch.tui.ingest import IngestService
 from trainwatch.tui.keys import BINDINGS, KEYS
 from trainwatch.tui.launch import LaunchForm, LaunchOptions
-from trainwatch.tui.notify import notification_sequences
+from trainwatch.tui.redraw import Dirty, Redraws
 from trainwatch.tui.run_control import RunControl
-from trainwatch.tui.run_model import AlertEntry, FileState, RunModel
+from trainwatch.tui.run_model import FileState, RunModel
 from trainwatch.tui.run_state import run_state
 from trainwatch.tui.runs_screen import RunsScreen
 from trainwatch.tui.target import WatchTarget, discover
@@ -42,35 +47,15 @@ from trainwatch.tui.view_state import ViewState
 
 __all__ = ["AppConfig", "TrainwatchApp", "make_app"]
 
-RING_EVERY_S = 5.0
-"""At most one bell / desktop notification per this many seconds."""
 PROCESS_EVERY_S = 5.0
 """Seconds between reads of the current run's ``process.json``..."""
 LAUNCHED_PROCESS_EVERY_S = 0.5
 """...or, for a run started from this app, at every clock tick."""
-STREAM_BATCHES = 5
-"""More live batches than this within a second is a stream. A writer flushing up to five times
-a second is not one: each of its records is drawn at once. The reader merges reads closer than
-0.1 s, so a stream arrives as about ten batches a second however fast it is written."""
-STREAM_FPS = 2.5
-"""Frames per second while data streams in (a frame costs ~10 ms of CPU at 120x40)."""
 MODAL_BLOCKED = frozenset(k.action.split("(")[0] for k in KEYS) - {"quit", "help"}
 """The key table's actions that do nothing while a dialog is open."""
 
 
-@dataclass
-class _Dirty:
-    """What changed since the last flush."""
-
-    full: bool = False
-    changed: set[str] = field(default_factory=set)
-    alerts: bool = False
-    console: list[str] = field(default_factory=list)
-    reset_console: bool = False
-    drawn_steps: list[tuple[float, int | None]] = field(default_factory=list)
-
-
-class TrainwatchApp(ViewActions, RunControl, App[int]):
+class TrainwatchApp(ViewActions, RunControl, AlertFeed, Redraws, App[int]):
     CSS_PATH = "app.tcss"
     TITLE = "trainwatch"
     BINDINGS = BINDINGS
@@ -110,7 +95,7 @@ class TrainwatchApp(ViewActions, RunControl, App[int]):
         self._ingest: IngestService | None = None
         self._ingest_lock = threading.Lock()
         self._closing = False
-        self._dirty = _Dirty(full=True)
+        self._dirty = Dirty(full=True)
         self._flush_pending = False
         self._flush_timer: Timer | None = None
         self._last_flush = 0.0
@@ -291,105 +276,7 @@ class TrainwatchApp(ViewActions, RunControl, App[int]):
         self.notify(msg.text, severity="error", timeout=8)
         self._mark()
 
-    # ------------------------------------------------------------------ alerts
-    def _add_alerts(self, model: RunModel, alerts: tuple, live: bool) -> None:
-        if not alerts:
-            return
-        new = model.add_alerts(alerts, live, self._seq)
-        self._seq += len(new)
-        self._dirty.alerts = True
-        self._ring([e for e in new if e.live])
-
-    def _ring(self, entries: list[AlertEntry]) -> None:
-        errors = [e for e in entries if e.alert.severity == "error" and e.alert.rule not in self.muted]
-        if not errors or not (self.bell_on or self.notify_on):
-            return
-        now = time.monotonic()
-        if now - self._last_ring < RING_EVERY_S:
-            return
-        self._last_ring = now
-        a = errors[-1].alert
-        text = f"{a.rule} at step {a.step}: {a.message}"
-        if self.bell_on:
-            self.bells += 1
-            self.bell()
-        if self.notify_on:
-            self.sent_notifications.append(text)
-            if not self.is_headless and self._driver is not None:
-                self._driver.write(notification_sequences(f"trainwatch {errors[-1].run_id}", text))
-
-    def visible_alerts(self) -> list[AlertEntry]:
-        runs = [self.current, *sorted(self.marked)] if self.current else []
-        out = [e for rid in dict.fromkeys(runs) if rid in self.models
-               for e in self.models[rid].alerts if e.alert.rule not in self.muted]
-        return sorted(out, key=lambda e: e.seq)
-
-    def mute(self, rule: str) -> None:
-        self.muted.add(rule)
-        if self._ingest is not None:
-            for rid in self.models:
-                self._ingest.mute(rid, rule)
-        self.notify(f"muted {rule} for this session", timeout=4)
-        self._mark(full=True)
-
-    # ------------------------------------------------------------------ drawing
-    def _mark(self, *, full: bool = False) -> None:
-        """Something changed: draw soon: at once (``max_fps`` at most), or while data streams
-        in (:data:`STREAM_BATCHES`) at :data:`STREAM_FPS`, so a fast writer costs a few frames
-        a second, not one per read."""
-        self._dirty.full |= full
-        if self._flush_pending:
-            return
-        self._flush_pending = True
-        now = time.monotonic()
-        recent = sum(1 for t in self._arrivals if now - t < 1.0)
-        self._streaming = recent > STREAM_BATCHES
-        fps = (min(self.config.max_fps, STREAM_FPS) if self._streaming and not full
-               else self.config.max_fps)
-        delay = self._last_flush + 1.0 / fps - now
-        if delay <= 0:
-            self.call_later(self._flush)  # after the messages already queued: they coalesce
-        else:
-            self._flush_timer = self.set_timer(delay, self._flush)
-
-    def _flush(self) -> None:
-        self._flush_pending = False
-        self._flush_timer = None
-        self._last_flush = time.monotonic()
-        dirty, self._dirty = self._dirty, _Dirty()
-        for screen in self._data_screens():
-            screen.refresh_data(full=dirty.full, changed=dirty.changed, alerts=dirty.alerts,
-                                console=dirty.console, reset_console=dirty.reset_console,
-                                streaming=self._streaming)
-        model = self.current_model()
-        has_data = model is not None and model.last_step is not None
-        step: int | None = None
-        record = bool(dirty.drawn_steps) or (has_data and not self.first_frame.is_set())
-        if record:
-            steps = [s for _t, s in dirty.drawn_steps] or [model.last_step if model else None]
-            step = max((s for s in steps if s is not None), default=None)
-        if record:
-            self.call_after_refresh(self._frame_drawn, step)
-
-    def _frame_drawn(self, step: int | None) -> None:
-        """After the frame reached the screen: note what it showed, and when."""
-        self.frames.append((time.monotonic(), step))
-        if len(self.frames) > 10_000:
-            del self.frames[:5000]
-        self.first_frame.set()
-
-    def _data_screens(self) -> Iterable[Any]:
-        """The top screen and, under a modal, the screen it covers."""
-        for screen in reversed(self.screen_stack):
-            if hasattr(screen, "refresh_data"):
-                yield screen
-                return
-
-    def settled(self) -> bool:
-        """History loaded and every change drawn: what ``--once`` and snapshots wait for."""
-        return (self.loaded.is_set() and not self._flush_pending
-                and all(getattr(s, "settled", lambda: True)() for s in self._data_screens()))
-
+    # ------------------------------------------------------------------ what is shown
     def current_model(self) -> RunModel | None:
         return self.models.get(self.current) if self.current else None
 

@@ -22,67 +22,55 @@ from __future__ import annotations
 import time as _time
 from collections.abc import Callable
 
-from trainwatch.batch import RecordBatch
-from trainwatch.builder import BatchBuilder, StreamState
+from trainwatch.builder import BatchBuilder
 from trainwatch.formats._csv import is_header, row_record, sniff_delimiter, split_row, step_value
-from trainwatch.formats._lines import split_lines
+from trainwatch.formats._textlines import TextLinesReader
 
 
-class KerasCsvReader:
+class KerasCsvReader(TextLinesReader):
     """Parses whole lines of one Keras ``CSVLogger`` file."""
 
-    kind = "lines"
     format = "keras_csv"
 
     def __init__(self, source: str, *, clock: Callable[[], float] = _time.time) -> None:
-        self.source = source
-        self.clock = clock
-        self.state = StreamState()
+        super().__init__(source, clock=clock)
         self._header: list[str] | None = None
         self._delimiter = ","
         self._step_col: int | None = None
 
     def reset(self) -> None:
-        self.state.reset()
+        super().reset()
         self._header = None
 
-    def parse(self, data: bytes, first_line: int = 1, *, reset: bool = False) -> RecordBatch:
-        """Parse whole lines; ``first_line`` is the 1-based number of the first one."""
-        if reset:
-            self.reset()
-        builder = BatchBuilder(self.source, self.state, self.format, self.clock)
-        meta: dict[str, object] = {}
-        for i, raw in enumerate(split_lines(data)):
-            line_no = first_line + i
-            line = raw.decode("utf-8", errors="replace")
-            if line_no == 1:
-                line = line.lstrip("\ufeff")
-            if not line.strip():
-                continue
-            delimiter = self._delimiter if self._header is not None else sniff_delimiter(line)
-            cells = split_row(line, delimiter)
-            if is_header(cells):
-                self._set_header(line)
-                meta["columns"] = self._header
-                continue
-            if self._header is None:
-                builder.add_malformed(line_no, "data row before the CSV header; row skipped")
-                continue
-            if len(cells) != len(self._header):
-                builder.add_malformed(
-                    line_no,
-                    f"row has {len(cells)} cells but the header has {len(self._header)}; "
-                    "row skipped",
-                )
-                continue
-            rec = row_record(self._header, cells)
-            if self._step_col is not None:
-                rec.pop(self._header[self._step_col], None)
-                step = step_value(cells[self._step_col])
-                if step is not None:
-                    rec["step"] = step
-            builder.add_record(rec, line_no)
-        return builder.build(reset=reset, meta=meta or None)
+    def _handle_line(self, raw: bytes, line_no: int, builder: BatchBuilder) -> None:
+        line = raw.decode("utf-8", errors="replace")
+        if line_no == 1:
+            line = line.lstrip("\ufeff")
+        if not line.strip():  # a lone BOM, or Unicode spaces the bytes check let through
+            return
+        delimiter = self._delimiter if self._header is not None else sniff_delimiter(line)
+        cells = split_row(line, delimiter)
+        if is_header(cells):
+            self._set_header(line)
+            self._meta["columns"] = self._header
+            return
+        if self._header is None:
+            builder.add_malformed(line_no, "data row before the CSV header; row skipped")
+            return
+        if len(cells) != len(self._header):
+            builder.add_malformed(
+                line_no,
+                f"row has {len(cells)} cells but the header has {len(self._header)}; "
+                "row skipped",
+            )
+            return
+        rec = row_record(self._header, cells)
+        if self._step_col is not None:
+            rec.pop(self._header[self._step_col], None)
+            step = step_value(cells[self._step_col])
+            if step is not None:
+                rec["step"] = step
+        builder.add_record(rec, line_no)
 
     def _set_header(self, line: str) -> None:
         self._delimiter = sniff_delimiter(line)

@@ -36,9 +36,8 @@ import re
 import time as _time
 from collections.abc import Callable
 
-from trainwatch.batch import RecordBatch
-from trainwatch.builder import BatchBuilder, StreamState
-from trainwatch.formats._lines import split_lines
+from trainwatch.builder import BatchBuilder
+from trainwatch.formats._textlines import TextLinesReader
 
 _LLMC = re.compile(r"s:(\d+)\s+(.*)")
 _MODDED = re.compile(r"step:(\d+)(?:/(\d+))?\s+(.*)")
@@ -153,44 +152,34 @@ def parse_values(rest: str) -> dict[str, float]:
     return out
 
 
-class TextLogReader:
+class TextLogReader(TextLinesReader):
     """Parses whole lines of a text training log, keeping only its metric lines."""
 
-    kind = "lines"
     format = "textlog"
 
     def __init__(self, source: str, *, clock: Callable[[], float] = _time.time) -> None:
-        self.source = source
-        self.clock = clock
-        self.state = StreamState()
+        super().__init__(source, clock=clock)
         self._max_steps: int | None = None
 
     def reset(self) -> None:
-        self.state.reset()
+        super().reset()
         self._max_steps = None
 
-    def parse(self, data: bytes, first_line: int = 1, *, reset: bool = False) -> RecordBatch:
-        """Parse whole lines; ``first_line`` is the 1-based number of the first one."""
-        if reset:
-            self.reset()
-        builder = BatchBuilder(self.source, self.state, self.format, self.clock)
-        meta: dict[str, object] = {}
-        for i, raw in enumerate(split_lines(data)):
-            if len(raw) > _MAX_LINE_BYTES:
+    def _handle_line(self, raw: bytes, line_no: int, builder: BatchBuilder) -> None:
+        if len(raw) > _MAX_LINE_BYTES:
+            return
+        # a progress bar redraws itself with \r: each part may hold a metric line
+        for part in raw.split(b"\r") if b"\r" in raw else (raw,):
+            parsed = parse_metric_line(part.decode("utf-8", errors="replace").strip())
+            if parsed is None:
                 continue
-            # a progress bar redraws itself with \r: each part may hold a metric line
-            for part in raw.split(b"\r") if b"\r" in raw else (raw,):
-                parsed = parse_metric_line(part.decode("utf-8", errors="replace").strip())
-                if parsed is None:
-                    continue
-                step, total, dialect, values = parsed
-                if total is not None and total != self._max_steps:
-                    self._max_steps = total
-                    meta["max_steps"] = total
-                meta.setdefault("dialect", dialect)
-                values["step"] = step  # type: ignore[assignment]
-                builder.add_record(values, first_line + i)
-        return builder.build(reset=reset, meta=meta or None)
+            step, total, dialect, values = parsed
+            if total is not None and total != self._max_steps:
+                self._max_steps = total
+                self._meta["max_steps"] = total
+            self._meta.setdefault("dialect", dialect)
+            values["step"] = step  # type: ignore[assignment]
+            builder.add_record(values, line_no)
 
 
 def parse_metric_line(line: str) -> tuple[int, int | None, str, dict[str, float]] | None:
