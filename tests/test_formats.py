@@ -270,6 +270,18 @@ def test_keras_header_again_is_a_new_segment_and_bad_rows_are_reported() -> None
     assert "before the CSV header" in headless.malformed[0].reason
 
 
+def test_a_bare_cr_inside_a_quoted_csv_row_is_reported_not_raised() -> None:
+    # the csv module refuses a CR in a row ("new-line character seen in unquoted field"): a
+    # mangled or binary file must cost that row, not the reader
+    b = KerasCsvReader("training.log", clock=clock).parse(
+        b'epoch,loss\n0,1.0\n1,2\r"x"\n2,0.5\n')
+    assert points(b)["loss"] == [(0, 1.0), (2, 0.5)]
+    assert [dict(f) for _row, f in b.notes] == [{"loss": '2\r"x"'}]  # kept, as text
+    lit = LightningCsvReader("metrics.csv", clock=clock).parse_snapshot(
+        b'epoch,step,loss\n0,0,1.0\n0,1,"a\rb",7\n0,2,0.8\n')
+    assert lit is not None and points(lit)["loss"] == [(0, 1.0), (2, 0.8)]
+
+
 # ---------------------------------------------------------------------- text logs
 def test_text_logs_three_dialects_with_junk_lines() -> None:
     r = TextLogReader("main.log", clock=clock)

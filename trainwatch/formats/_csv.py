@@ -45,7 +45,12 @@ def split_row(line: str, delimiter: str = ",") -> list[str]:
     """One CSV line -> cells, with the csv module's quoting rules."""
     if '"' not in line:
         return line.split(delimiter)
-    return next(csv.reader([line], delimiter=delimiter), [])
+    try:
+        return next(csv.reader([line], delimiter=delimiter), [])
+    except csv.Error:
+        # a bare CR inside a quoted row (a binary or mangled file): the csv module refuses it;
+        # a plain split keeps every character, and the reader's cell-count check reports the row
+        return line.split(delimiter)
 
 
 def sniff_delimiter(header: str) -> str:
