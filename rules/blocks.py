@@ -9,7 +9,9 @@ block median (1.2533 x 1.4826 x MAD / sqrt(k) / |median|), as the median over th
 Rules raise their "improved" / "rose" bars above it, so a noisy loss does not trip them by chance.
 
 Several rules smooth the loss with the same window: :func:`shared_blocks` computes a role's blocks
-once per frame and hands the same value to all of them.
+once per frame and hands the same value to all of them. :class:`LossBlockRule` is the base of the
+rules that read the train loss's blocks one by one (``plateau``, ``divergence``): it drives them
+through the per-block reference and the vectorised quiet runs, and keeps the best block so far.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from trainwatch.rules.base import Context, Frame, Points
+from trainwatch.rules.base import Context, Frame, Hit, Points, Rule
 from trainwatch.rules.stats import MAD_TO_SIGMA, small_median, windows
 
 NOISE_BLOCKS = 8
@@ -119,6 +121,10 @@ class BlockStream:
 
 
 _MAX_BACKOFF = 64
+MIN_FAST = 16
+"""Fewest blocks left for the vectorised step to be tried: its fixed cost (tens of numpy calls
+on small arrays, ~20 us) is more than the per-block reference takes for a few (~1 us each), as
+in a live frame or the first frame of a run."""
 
 
 def drive(n: int, ready: Callable[[], bool], fast: Callable[[int], int],
@@ -132,12 +138,13 @@ def drive(n: int, ready: Callable[[], bool], fast: Callable[[int], int],
     over, no episode under way). The fast step is tried again right after the block it stopped
     at, so a warm-up or one odd block does not send the rest of a long frame down the slow path;
     when it declines outright it waits 1, 2, 4 ... 64 blocks before the next try, so a long
-    anomaly costs a few tries, not one per block.
+    anomaly costs a few tries, not one per block. Fewer than :data:`MIN_FAST` blocks left go
+    one by one.
     """
     i = 0
     wait, backoff = 0, 1
     while i < n:
-        if wait <= 0 and ready():
+        if wait <= 0 and n - i >= MIN_FAST and ready():
             k = fast(i)
             if k:
                 i += k
@@ -174,3 +181,68 @@ _NONE = np.empty(0)
 """MAD and noise of the blocks of a stream that computes neither."""
 _EMPTY = Blocks(np.empty(0), np.empty(0), np.empty(0), np.empty(0, dtype=np.int64), np.empty(0),
                 np.empty(0, dtype=np.int64))
+
+
+class LossBlockRule(Rule):
+    """A rule fed the block medians of the train loss (``cfg.window`` points each, shared with
+    the other rules that ask for the same window), one block at a time.
+
+    Subclasses give :meth:`_block` (one block, the reference) and :meth:`_quiet_prefix` (the
+    same state changes for a run of blocks that cannot fire or change a mode, vectorised), and
+    call :meth:`_rewind_blocks` from their ``rewind``. The best (lowest) block so far is kept
+    here: :meth:`_note_best` for one block, :meth:`_note_best_of` for a run of them.
+    """
+
+    fast = True
+    """Take runs of quiet blocks in one vectorised step (tests turn it off to compare)."""
+
+    def _rewind_blocks(self) -> None:
+        self.nblk = 0
+        """Blocks seen in this segment."""
+        self.best: float | None = None
+        """The lowest block median so far."""
+        self.best_step = 0
+
+    def update(self, frame: Frame) -> list[Hit]:
+        b = shared_blocks(self.ctx, frame, "loss", self.cfg.window)
+        return self._drive(frame, b) if len(b) else []
+
+    def _drive(self, frame: Frame, b: Blocks) -> list[Hit]:
+        hits: list[Hit] = []
+        meds, noises, steps = b.med.tolist(), b.noise.tolist(), b.step.tolist()
+
+        def slow(i: int) -> None:
+            hit = self._block(frame, b, i, meds[i], noises[i], steps[i])
+            if hit is not None:
+                hits.append(hit)
+
+        drive(len(meds), self._ready, lambda i: self._quiet_prefix(b, i), slow)
+        return hits
+
+    def _ready(self) -> bool:
+        """Whether the state allows :meth:`_quiet_prefix` (checked without numpy work): warm-up
+        over."""
+        return self.fast and self.best is not None and self.nblk >= self.cfg.warmup_windows
+
+    def _block(self, frame: Frame, b: Blocks, i: int, med: float, noise: float,
+               step: int) -> Hit | None:
+        """Block ``i`` of ``b`` (its median, noise level and step given as Python numbers)."""
+        raise NotImplementedError
+
+    def _quiet_prefix(self, b: Blocks, i: int) -> int:
+        raise NotImplementedError
+
+    def _note_best(self, med: float, step: int) -> None:
+        """Take ``med`` as the best if it is lower."""
+        if self.best is None or med < self.best:
+            self.best, self.best_step = med, step
+            self._new_best(med)
+
+    def _note_best_of(self, b: Blocks, i: int, med: np.ndarray) -> None:
+        """:meth:`_note_best` for blocks ``i, i + 1, ...`` of ``b`` whose medians are ``med``
+        (the first of equal lows wins, as one by one)."""
+        j = int(med.argmin())
+        self._note_best(float(med[j]), int(b.step[i + j]))
+
+    def _new_best(self, med: float) -> None:
+        """Called when ``med`` has just become the best."""

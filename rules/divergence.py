@@ -13,15 +13,13 @@ import math
 
 import numpy as np
 
-from trainwatch.rules.base import Context, Frame, Hit, Rule, fmt, pct, r6
-from trainwatch.rules.blocks import Blocks, drive, shared_blocks
+from trainwatch.rules.base import Context, Frame, Hit, fmt, pct, r6
+from trainwatch.rules.blocks import Blocks, LossBlockRule
 from trainwatch.rules.models import DivergenceConfig
 from trainwatch.rules.stats import median
 
 
-class DivergenceRule(Rule):
-    fast = True
-    """Take runs of quiet blocks in one vectorised step (tests turn it off to compare)."""
+class DivergenceRule(LossBlockRule):
     id = "divergence"
 
     def __init__(self, cfg: DivergenceConfig, ctx: Context) -> None:
@@ -29,9 +27,7 @@ class DivergenceRule(Rule):
         self.rewind()
 
     def rewind(self) -> None:
-        self.nblk = 0
-        self.best: float | None = None
-        self.best_step = 0
+        self._rewind_blocks()
         self.up = 0
         self.quiet = 0
         self.active = False
@@ -41,31 +37,26 @@ class DivergenceRule(Rule):
         around the same level is the same story, not a new divergence (it fired again and again
         before), and only real progress (``rise`` below the best at the alert) starts a new one."""
 
-    def update(self, frame: Frame) -> list[Hit]:
-        b = shared_blocks(self.ctx, frame, "loss", self.cfg.window)
-        if not len(b):
-            return []
-        hits: list[Hit] = []
-        meds, noises = b.med.tolist(), b.noise.tolist()
+    def _new_best(self, med: float) -> None:
+        if self.rearm_below is not None and med < self.rearm_below:
+            self.rearm_below = None
 
-        def slow(i: int) -> None:
-            hit = self._block(frame, b, i, meds[i], noises[i])
-            if hit is not None:
-                hits.append(hit)
-
-        drive(len(b), self._ready, lambda i: self._quiet_prefix(b, i), slow)
-        return hits
-
-    def _block(self, frame: Frame, b: Blocks, i: int, med: float, noise: float) -> Hit | None:
+    def _block(self, frame: Frame, b: Blocks, i: int, med: float, noise: float,
+               step: int) -> Hit | None:
         """One block, the reference."""
         cfg: DivergenceConfig = self.cfg
         self.nblk += 1
         if self.best is None or self.nblk <= cfg.warmup_windows:
-            self.best = med if self.best is None else min(self.best, med)
-            if self.best == med:
-                self.best_step = int(b.step[i])
+            self._note_best(med, step)
             return None
         best = self.best
+        if med < best and (cfg.cap is None or med <= cfg.cap):  # a new low: nothing to check
+            self.up = 0
+            self.quiet += 1
+            if self.active and self.quiet >= 2:
+                self.active = False
+            self._note_best(med, step)
+            return None
         rise = max(cfg.rise, cfg.noise_factor * noise)
         up = med >= best + rise * abs(best)
         capped = cfg.cap is not None and med > cfg.cap
@@ -79,22 +70,21 @@ class DivergenceRule(Rule):
             if self.active and self.quiet >= 2:
                 self.active = False
         kind = None
-        if not self.active and ((self.up >= cfg.windows and self.rearm_below is None) or err):
+        armed = self.rearm_below is None
+        if not self.active and ((self.up >= cfg.windows and armed) or (err and armed)):
             kind = "error" if err else cfg.severity
             self.active, self.escalated = True, err
-            self.rearm_below = best - cfg.rise * abs(best)
-        elif self.active and not self.escalated and err:
+            # re-armed by a new best clearly below this one: by the rise bar, which allows for
+            # the noise (5 % alone is often a lucky window of a noisy loss, and the same unstable
+            # run was reported again and again)
+            self.rearm_below = best - rise * abs(best)
+        elif err and not self.escalated:
+            # the story told as a warning grows into an error: said once, until re-armed
             kind, self.escalated = "error", True
         hit = None if kind is None else self._fire(frame, b, i, med, best, kind, capped)
         if med < best:
-            self.best, self.best_step = med, int(b.step[i])
-            if self.rearm_below is not None and med < self.rearm_below:
-                self.rearm_below = None
+            self._note_best(med, step)
         return hit
-
-    def _ready(self) -> bool:
-        """Whether the state allows :meth:`_quiet_prefix` (checked without numpy work)."""
-        return self.fast and self.best is not None and self.nblk >= self.cfg.warmup_windows
 
     def _quiet_prefix(self, b: Blocks, i: int) -> int:
         """Take in one step the blocks from ``i`` on with no rise (the common case), as
@@ -115,11 +105,7 @@ class DivergenceRule(Rule):
             self.quiet += k
             if self.active and self.quiet >= 2:
                 self.active = False
-            j = int(np.argmin(med[:k]))
-            if med[j] < self.best:
-                self.best, self.best_step = float(med[j]), int(b.step[i + j])
-                if self.rearm_below is not None and self.best < self.rearm_below:
-                    self.rearm_below = None
+            self._note_best_of(b, i, med[:k])
         return k
 
     def _fire(self, frame: Frame, b: Blocks, i: int, med: float, best: float, severity: str,

@@ -119,7 +119,9 @@ class PlateauConfig(RuleBase):
     patience_fraction: float = num(ge=0, lt=1)
     """...or this fraction of the windows seen so far, if more (progress slows as runs go on)."""
     min_delta: float = num(ge=0, lt=1)
-    """Relative improvement over the best value that counts (as ReduceLROnPlateau's threshold)."""
+    """Relative improvement that restarts the patience (as ReduceLROnPlateau's threshold): of a
+    window on the best window so far, or of the smoothed level (the median of the last three
+    windows) on the level at the last restart, so a slow improvement adds up."""
     noise_factor: float = num(ge=0)
     """The bar is raised to this many standard errors of a window median (noisy losses)."""
     warmup_windows: int = integer(ge=1)
@@ -127,7 +129,8 @@ class PlateauConfig(RuleBase):
     """A loss whose Kendall tau against time since its best is at or below minus this, and whose
     Theil-Sen drop over that span is at least half of ``min_delta``, is still improving."""
     rearm_delta: float = num(gt=0, lt=1)
-    """After firing, the rule re-arms once the loss is this fraction below its best then."""
+    """After firing, the rule re-arms once the loss is this fraction (or the alert's noise
+    margin, if more) below its best then: one plateau, one alert."""
     val_patience: int = integer(ge=1)
     """Evaluations without an improvement of at least ``val_min_delta``."""
     val_min_delta: float = num(ge=0, lt=1)
@@ -216,6 +219,16 @@ class ThroughputConfig(RuleBase):
     drop: float = num(gt=0, lt=1)
     """Throughput at or below (1 - drop) x the reference (step time from 1 / (1 - drop) x)."""
     for_windows: int = integer(ge=1)
+    """Low blocks (not necessarily in a row: blocks between low and recovered do not break the
+    count) before the rule fires."""
+    recover: float = num(gt=0, lt=1)
+    """Throughput at or above (1 - recover) x the reference has recovered (below ``drop``: the
+    band between the two is hysteresis, where a wobble neither starts nor ends an episode)."""
+    rearm_windows: int = integer(ge=1)
+    """After an alert, the rule re-arms once throughput has stayed recovered for this many
+    blocks..."""
+    rearm_seconds: float = num(ge=0)
+    """...and this many seconds (a wobble on a shared machine is one episode, not one per dip)."""
 
 
 @dataclass(frozen=True)

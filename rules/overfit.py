@@ -3,18 +3,46 @@
 The train loss is smoothed into block medians; at each evaluation the latest completed block (at
 or before that record) is the train level. The fix names the best evaluation, the step to
 early-stop at.
+
+The rise must stand clear of the evaluations' own noise, measured on the curve up to the best
+evaluation as the scatter of log(val_loss) around a quadratic in log(step) (:func:`eval_noise`):
+loss curves are close to power laws, so that fit follows the steep, bent start of a run that a
+quadratic in the step misread as noise (up to 20x the true noise at an evaluation every 100 steps:
+a slow rise then never cleared the bar).
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 
 import numpy as np
 
 from trainwatch.rules.base import Context, Frame, Hit, Points, Rule, fmt, pct, r6
 from trainwatch.rules.blocks import shared_blocks
 from trainwatch.rules.models import OverfitConfig
-from trainwatch.rules.stats import improving, noise_sd, small_median
+from trainwatch.rules.stats import MAD_TO_SIGMA, improving, noise_sd, small_median
+
+_NOISE_EVALS = 8
+"""Evaluations up to the best one that its noise is measured on."""
+
+
+def eval_noise(steps: Sequence[int], values: Sequence[float]) -> float:
+    """Relative noise of a few evaluations of a decaying loss: 1.4826 x the MAD of the residuals
+    of log(value) from a least-squares quadratic in log(step) (a residual in log space is a
+    relative one). Falls back to :func:`~trainwatch.rules.stats.noise_sd` (a quadratic in the
+    evaluation's index) when a value or a step is not positive. 0 for fewer than 6 points."""
+    n = len(values)
+    if n < 6:
+        return 0.0
+    if min(values) <= 0 or min(steps) <= 0 or len(set(steps)) < 3:
+        return noise_sd(values)
+    x = np.log(np.asarray(steps, dtype=np.float64))
+    y = np.log(np.asarray(values, dtype=np.float64))
+    x -= x.mean()  # (centred: a better-conditioned fit)
+    X = np.stack((np.ones(n), x, x * x), axis=1)
+    res = y - X @ np.linalg.lstsq(X, y, rcond=None)[0]
+    return MAD_TO_SIGMA * float(np.median(np.abs(res - np.median(res))))
 
 
 class OverfitRule(Rule):
@@ -29,6 +57,8 @@ class OverfitRule(Rule):
         self.train_now: float | None = None
         self.n = 0
         self.vals: deque[float] = deque(maxlen=16)
+        self.steps: deque[int] = deque(maxlen=_NOISE_EVALS + 1)
+        """Steps of the last evaluations (for the noise fit)."""
         self.best: float | None = None
         self.best_step = 0
         self.train_at_best: float | None = None
@@ -37,7 +67,7 @@ class OverfitRule(Rule):
         self.worse = 0
         self.fired = False
         self.noise: float | None = 0.0
-        self.at_best: tuple[float, ...] = ()
+        self.at_best: tuple[tuple[int, ...], tuple[float, ...]] = ((), ())
 
     def update(self, frame: Frame) -> list[Hit]:
         b = shared_blocks(self.ctx, frame, "loss", self.cfg.train_window)
@@ -70,6 +100,7 @@ class OverfitRule(Rule):
         cfg: OverfitConfig = self.cfg
         self.n += 1
         self.vals.append(v)
+        self.steps.append(step)
         vals = self.vals
         m = small_median((vals[-1], vals[-2], vals[-3]) if len(vals) >= 3 else vals)
         if self.best_m is None or m < self.best_m:
@@ -78,11 +109,13 @@ class OverfitRule(Rule):
             self.best, self.best_step, self.train_at_best = v, step, self.train_now
             self.worse = 0
             self.fired = False
-            # the evaluations' noise comes from the curve up to the best one (a rise after it
-            # must not inflate the very noise it is compared with); computed when needed
-            self.at_best = tuple(self.vals)[-8:]
             self.noise = None
             return None
+        if not self.worse:
+            # the evaluations' noise comes from the curve up to the best one (a rise after it
+            # must not inflate the very noise it is compared with): the evaluations before this
+            # one, kept now (not at every new best) and fitted when a decision needs it
+            self.at_best = tuple(self.steps)[:-1], tuple(self.vals)[-_NOISE_EVALS - 1:-1]
         self.worse += 1
         t0, t1 = self.train_at_best, self.train_now
         # the median of the last 3 must stand clear of the lowest such median so far by more
@@ -100,7 +133,7 @@ class OverfitRule(Rule):
         ):
             return None
         if self.noise is None:
-            self.noise = noise_sd(self.at_best)
+            self.noise = eval_noise(*self.at_best)
         delta = max(cfg.min_delta, cfg.noise_factor * self.noise)
         if m < bm + delta * abs(bm):
             return None

@@ -1,13 +1,15 @@
 """``plateau``: the smoothed train loss (or val_loss) stops improving.
 
 The loss is smoothed into block medians of ``window`` points (shared with other rules, see
-:func:`~trainwatch.rules.blocks.shared_blocks`). The patience restarts when a block beats the best
-so far by ``min_delta`` (raised to ``noise_factor`` standard errors of a block median for noisy
+:func:`~trainwatch.rules.blocks.shared_blocks`). The patience restarts when a block beats the
+level of the last restart by ``min_delta`` (raised to ``noise_factor`` standard errors of a block median for noisy
 losses); after ``patience`` windows without that, the rule fires unless the loss still trends down
 slowly (Kendall tau and a Theil-Sen drop since the best). The diagnosis reads the LR (at its
 floor: the schedule is over, a note) and the grad norm (healthy: LR too low; tiny: vanishing).
-Evaluations get the same treatment with ``val_patience``. Runs of quiet blocks are taken in one
-vectorised step; the per-block loop is the reference.
+Evaluations get the same treatment with ``val_patience``. Once fired, the rule re-arms only after
+the loss goes clearly below its level then (``rearm_delta``, or the alert's noise margin if more):
+one plateau, one alert. Runs of quiet blocks are taken in one vectorised step; the per-block loop
+is the reference.
 """
 
 from __future__ import annotations
@@ -17,10 +19,10 @@ from collections import deque
 
 import numpy as np
 
-from trainwatch.rules.base import Context, Frame, Hit, Points, Rule, fmt, fmt3, pct, r6
-from trainwatch.rules.blocks import Blocks, drive, shared_blocks
+from trainwatch.rules.base import Context, Frame, Hit, Points, fmt, fmt3, pct, r6
+from trainwatch.rules.blocks import Blocks, LossBlockRule
 from trainwatch.rules.models import PlateauConfig
-from trainwatch.rules.stats import improving, median, noise_sd
+from trainwatch.rules.stats import improving, median, noise_sd, small_median
 
 
 class LrPeak:
@@ -46,13 +48,14 @@ class LrPeak:
                 self.peak = max(self.peak, float(v.max()))
 
 
+_LEVEL_DIFF = math.sqrt(1.0 + 0.449)
+"""Standard error of a level (the median of 3 block medians: variance 0.449 of one for normal
+data) minus the reference block, in standard errors of one block median."""
 _TREND_WINDOWS = 400
 """Most window medians the plateau's trend test looks back over."""
 
 
-class PlateauRule(Rule):
-    fast = True
-    """Take runs of quiet blocks in one vectorised step (tests turn it off to compare)."""
+class PlateauRule(LossBlockRule):
     id = "plateau"
 
     def __init__(self, cfg: PlateauConfig, ctx: Context) -> None:
@@ -62,18 +65,27 @@ class PlateauRule(Rule):
 
     def rewind(self) -> None:
         cfg: PlateauConfig = self.cfg
-        self.nblk = 0
+        self._rewind_blocks()
         self.recent: deque[float] = deque(maxlen=_TREND_WINDOWS)
         """The last window medians (for the trend test over twice the patience)."""
         self.fired = 0
         """Plateau alerts in this segment (repeats are notes: the user has been told)."""
-        self.best: float | None = None
-        self.best_step = 0
         self.ref, self.ref_step = math.nan, 0
         """The loss when the patience last restarted (a clear improvement)."""
         self.wait = 0
-        self.fired_at: float | None = None
-        """Best loss when the rule fired; it re-arms after a clear improvement below it."""
+        """Blocks since the patience last restarted."""
+        self.since_best = 0
+        """Blocks since the last clear new best (the span of the trend test)."""
+        self.prev = (math.nan, math.nan)
+        """The two block medians before the next one (NaN before they came)."""
+        self.rearm_below: float | None = None
+        """After an alert, the level a block must go below to re-arm the rule: the best then,
+        lowered by ``rearm_delta`` or the margin the alert used, whichever is more (the noise of
+        a flat loss alone re-armed it at 5 %, and the same plateau was reported again)."""
+        self.first: tuple[int, int | None] | None = None
+        """Records where the first train-loss alert fired and where the rule re-armed after it
+        (None: not yet). The evaluations of a frame are taken after its train blocks: they ask
+        this rather than the state, which may be that of a later record."""
         self.v_recent: deque[float] = deque(maxlen=max(cfg.val_patience, 16))
         self._v_noise: float | tuple[float, ...] = 0.0
         """The evaluations' noise, or the evaluations it is to be computed from (when needed)."""
@@ -81,107 +93,133 @@ class PlateauRule(Rule):
         self.v_best: float | None = None
         self.v_best_step = 0
         self.v_wait = 0
-        self.v_fired_at: float | None = None
+        self.v_rearm_below: float | None = None
 
     def update(self, frame: Frame) -> list[Hit]:
-        hits: list[Hit] = []
-        b = shared_blocks(self.ctx, frame, "loss", self.cfg.window)
-        if len(b):
-            hits.extend(self._train(frame, b))
+        hits = super().update(frame)
         val = frame.role("val_loss")
         if val is not None and len(val):
             hits.extend(self._val(frame, val.finite()))
         self.lr.end_frame(frame)
         return hits
 
-    def _rearmed(self, fired_at: float | None, x: float) -> bool:
-        return fired_at is None or x < fired_at - self.cfg.rearm_delta * abs(fired_at)
+    def _rearm_level(self, best: float, delta: float) -> float:
+        return best - max(self.cfg.rearm_delta, delta) * abs(best)
 
     def _ready(self) -> bool:
-        """Whether the state allows :meth:`_quiet_prefix` (checked without numpy work)."""
-        return self.fast and self.best is not None and self.nblk >= self.cfg.warmup_windows
+        return super()._ready() and not math.isnan(self.prev[0])
 
     def _quiet_prefix(self, b: Blocks, i: int) -> int:
-        """Take in one step the blocks from ``i`` on that cannot fire or re-arm (the common
-        case): the same state changes as :meth:`_block`, vectorised. Returns how many were
-        taken."""
+        """Take in one step the blocks from ``i`` on that cannot fire, re-arm or restart the
+        patience by a slow improvement (the common case): the same state changes as
+        :meth:`_block`, vectorised. Returns how many were taken."""
         cfg: PlateauConfig = self.cfg
         med = b.med[i:]
         n = med.shape[0]
+        noise = b.noise[i:]
         bprev = np.minimum.accumulate(np.concatenate(([self.best], med)))[:-1]
-        delta = np.maximum(cfg.min_delta, cfg.noise_factor * b.noise[i:])
-        improved = med < bprev - delta * np.abs(bprev)
+        nf_noise = cfg.noise_factor * noise
+        improved = med < bprev - np.maximum(cfg.min_delta, nf_noise) * np.abs(bprev)
         idx = np.arange(n)
         last = np.maximum.accumulate(np.where(improved, idx, -1))
         wait = np.where(last >= 0, idx - last, self.wait + idx + 1)
-        if self.fired_at is None:
-            patience = np.maximum(cfg.patience,
-                                  (cfg.patience_fraction * (self.nblk + idx + 1)).astype(np.int64))
+        # the reference each block's level is compared with: the last new best before it (each
+        # is below all before it, so the lowest of them)
+        ref = np.minimum.accumulate(np.concatenate(((self.ref,), np.where(improved, med, np.inf))))
+        ref = ref[:-1]
+        p1, p2 = self.prev
+        a = np.concatenate(((p1, p2), med[:-1]))[:n]
+        c = np.concatenate(((p2,), med[:-1]))
+        level = np.maximum(np.minimum(a, c), np.minimum(np.maximum(a, c), med))
+        delta = np.maximum(cfg.min_delta, _LEVEL_DIFF * nf_noise)
+        bad = level < ref - delta * np.abs(ref)
+        if self.rearm_below is None:
+            top = self.nblk + n
+            if cfg.patience_fraction * top < cfg.patience + 1:  # (the usual case: a scalar)
+                patience: int | np.ndarray = cfg.patience
+                every: int | np.ndarray = max(4, cfg.patience // 4)
+            else:
+                patience = np.maximum(cfg.patience, (cfg.patience_fraction * (
+                    self.nblk + idx + 1)).astype(np.int64))
+                every = np.maximum(4, patience // 4)
             # past the patience, only every max(4, patience/4)-th block runs the trend test
-            bad = ~improved & (wait >= patience) & (
-                (wait - patience) % np.maximum(4, patience // 4) == 0)
+            bad |= (wait >= patience) & ((wait - patience) % every == 0)
+            bad &= ~improved
         else:
-            bad = med < self.fired_at - cfg.rearm_delta * abs(self.fired_at)
+            bad &= ~improved
+            bad |= med < self.rearm_below
         hit = np.flatnonzero(bad)
         k = int(hit[0]) if hit.shape[0] else n
         if k:
             self.recent.extend(med[:k].tolist())
             self.nblk += k
-            j = int(np.argmin(med[:k]))
-            if med[j] < self.best:  # type: ignore[operator]
-                self.best, self.best_step = float(med[j]), int(b.step[i + j])
+            self._note_best_of(b, i, med[:k])
             self.wait = int(wait[k - 1])
             li = int(last[k - 1])
+            self.since_best = k - 1 - li if li >= 0 else self.since_best + k
             if li >= 0:
                 self.ref, self.ref_step = float(med[li]), int(b.step[i + li])
+            self.prev = (p2, float(med[0])) if k == 1 else (float(med[k - 2]), float(med[k - 1]))
         return k
 
-    def _train(self, frame: Frame, b: Blocks) -> list[Hit]:
-        hits: list[Hit] = []
-        meds, noises = b.med.tolist(), b.noise.tolist()
-
-        def slow(i: int) -> None:
-            hit = self._block(frame, b, i, meds[i], noises[i])
-            if hit is not None:
-                hits.append(hit)
-
-        drive(len(b), self._ready, lambda i: self._quiet_prefix(b, i), slow)
-        return hits
-
-    def _block(self, frame: Frame, b: Blocks, i: int, med: float, noise: float) -> Hit | None:
+    def _block(self, frame: Frame, b: Blocks, i: int, med: float, noise: float,
+               step: int) -> Hit | None:
         """One block of the train loss, the reference."""
         cfg: PlateauConfig = self.cfg
         self.nblk += 1
         self.recent.append(med)
         delta = max(cfg.min_delta, cfg.noise_factor * noise)
-        if self._rearmed(self.fired_at, med):
-            self.fired_at = None
-        # the best is the running minimum; only a clear improvement on it resets the
-        # patience (a slow improvement is told apart by the trend test below)
-        if self.best is None or med < self.best - delta * abs(self.best):
-            self.best, self.best_step, self.wait = med, int(b.step[i]), 0
-            self.ref, self.ref_step = med, int(b.step[i])
+        if self.rearm_below is not None and med < self.rearm_below:
+            self.rearm_below = None
+            if self.first is not None and self.first[1] is None:
+                self.first = (self.first[0], int(b.pos[i]))
+        p1, p2 = self.prev
+        self.prev = (p2, med)
+        best = self.best
+        # a clear improvement on the best so far restarts the patience
+        if best is None or med < best - delta * abs(best):
+            self._note_best(med, step)
+            self.wait = self.since_best = 0
+            self.ref, self.ref_step = med, step
             return None
-        if med < self.best:
-            self.best, self.best_step = med, int(b.step[i])
+        self.since_best += 1
+        if med < best:
+            self._note_best(med, step)
+        # so does a slow one that adds up: the level (the median of this block and the two
+        # before, so one lucky block does not count) clearly below the reference, the loss at
+        # the last restart (as ReduceLROnPlateau's ``best``). The lowest block alone moves down
+        # with the progress and the noise: a loss 60 % lower than its reference was reported as
+        # "not improved". The bar allows for the noise of the two values compared. (A median of
+        # three is below a bar when two of them are; p1 is NaN for the first two blocks.)
+        ref = self.ref
+        bar = ref - max(cfg.min_delta, _LEVEL_DIFF * cfg.noise_factor * noise) * abs(ref)
+        if med < bar and (p1 < bar or p2 < bar) and not math.isnan(p1):
+            self.ref, self.ref_step, self.wait = small_median((p1, p2, med)), step, 0
+            return None
         if self.nblk <= cfg.warmup_windows:
             return None
         self.wait += 1
         # late in a long run, progress is slower: the patience grows with the run
         patience = max(cfg.patience, int(cfg.patience_fraction * self.nblk))
-        if self.wait < patience or self.fired_at is not None:
+        if self.wait < patience or self.rearm_below is not None:
             return None
-        # a slow, steady improvement since the best is not a plateau (re-tested every
+        # a slow, steady improvement since the reference is not a plateau (re-tested every
         # patience/4 windows while it lasts: the test costs a Theil-Sen fit)
         if (self.wait - patience) % max(4, patience // 4):
             return None
-        since_best = list(self.recent)[-min(self.wait, 2 * patience, _TREND_WINDOWS):]
-        if improving(since_best, cfg.improving_tau, cfg.min_delta / 2):
+        # (over the blocks since the last new best, up to twice the patience, even when the
+        # level restarted the patience within them: on a noisy loss a trend needs length to show)
+        back = list(self.recent)[-min(self.since_best, 2 * patience, _TREND_WINDOWS):]
+        if improving(back, cfg.improving_tau, cfg.min_delta / 2):
             return None
-        self.fired_at = min(self.best, med)
+        self.rearm_below = self._rearm_level(min(self.best, med), delta)  # type: ignore[type-var]
         self.fired += 1
-        return self._fire(frame, int(b.pos[i]), int(b.step[i]), float(b.time[i]), "train", med,
-                          self.ref, self.ref_step, delta, self.wait * cfg.window,
+        if self.fired == 1:
+            self.first = (int(b.pos[i]), None)
+        # (the message compares the reference with now: it names that comparison's margin)
+        margin = max(cfg.min_delta, _LEVEL_DIFF * cfg.noise_factor * noise)
+        return self._fire(frame, int(b.pos[i]), step, float(b.time[i]), "train", med,
+                          self.ref, self.ref_step, margin, self.wait * cfg.window,
                           "info" if self.fired > 1 else None)
 
     def _val(self, frame: Frame, pts: Points) -> list[Hit]:
@@ -193,8 +231,8 @@ class PlateauRule(Rule):
             self.v_count += 1
             if self.v_count % 4 == 1:  # the noise estimate is refreshed every 4 evaluations
                 self._v_noise = tuple(self.v_recent)  # (computed if a decision needs it)
-            if self.v_fired_at is not None and self._rearmed(self.v_fired_at, x):
-                self.v_fired_at = None
+            if self.v_rearm_below is not None and x < self.v_rearm_below:
+                self.v_rearm_below = None
             # the margin only matters below the best (it is >= 0): its noise term is computed
             # there, not at every evaluation
             if self.v_best is None or (x < self.v_best
@@ -204,20 +242,22 @@ class PlateauRule(Rule):
             if x < self.v_best:
                 self.v_best, self.v_best_step = x, step
             self.v_wait += 1
-            if self.v_wait < cfg.val_patience or self.v_fired_at is not None:
+            if self.v_wait < cfg.val_patience or self.v_rearm_below is not None:
                 continue
             if (self.v_wait - cfg.val_patience) % max(4, cfg.val_patience // 2):
                 continue  # the trend test is repeated every few evaluations, not each one
             last = list(self.v_recent)[-min(self.v_wait, self.v_recent.maxlen or 0):]
             if improving(last, cfg.improving_tau, cfg.val_min_delta / 2):
                 continue
-            self.v_fired_at = min(self.v_best, x)
+            self.v_rearm_below = self._rearm_level(min(self.v_best, x), self._val_delta())
             over = self.ctx.log("overfit").last(pos)
             if over is not None and over >= self.v_best_step:
                 continue  # overfit has reported this already, with the better diagnosis
             # val alone stalling while the train loss improves is a generalisation gap (a note);
             # with the train loss stalled too it is a plateau
-            train_stalled = self.fired_at is not None and self.fired == 1
+            first = self.first
+            train_stalled = first is not None and first[0] <= pos and (
+                first[1] is None or pos < first[1])
             hits.append(self._fire(frame, pos, step, float(pts.times[i]), "val", x, self.v_best,
                                    self.v_best_step, self._val_delta(), self.v_wait,
                                    None if train_stalled else "info"))

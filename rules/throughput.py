@@ -4,6 +4,13 @@ Uses the throughput role, or the step time (inverted) when there is none. Block 
 compared with the median of the last ``ref_windows`` normal blocks; low blocks stay out of the
 reference, so a lasting drop is one episode. A drop that ``state_detach`` already explained
 (step time rising with the graph) is not reported twice.
+
+Episodes, not floods: on a machine other processes share, throughput dips and recovers every
+fraction of a second. ``for_windows`` low blocks start an episode (blocks in the hysteresis band
+between ``drop`` and ``recover`` neither count nor break the count); once it has fired, the rule
+re-arms only after throughput has stayed recovered for ``rearm_windows`` blocks spanning
+``rearm_seconds``. A drop with nothing in the run to explain it (no memory growth, no growing
+graph) points first at other processes sharing the CPU or GPU.
 """
 
 from __future__ import annotations
@@ -34,8 +41,14 @@ class ThroughputDropRule(Rule):
         self.ref: deque[float] = deque(maxlen=self.cfg.ref_windows)
         self.nblk = 0
         self.low = 0
+        """Low blocks of the episode under way (0: none)."""
         self.active = False
+        """An alert fired for the episode under way (until the rule re-arms)."""
         self.since = 0
+        self.calm = 0
+        """Recovered blocks in a row since the alert."""
+        self.calm_from = 0.0
+        """Time of the last block before them (the recovery's start)."""
 
     def update(self, frame: Frame) -> list[Hit]:
         pts = frame.role("throughput")
@@ -73,25 +86,35 @@ class ThroughputDropRule(Rule):
             return None
         ref = small_median(self.ref)
         low = med <= (1.0 - cfg.drop) * ref
-        if not low:
+        recovered = not low and med >= (1.0 - cfg.recover) * ref
+        if self.active:
+            if not recovered:
+                self.calm, self.calm_from = 0, float(b.time[i])
+                return None
             self.ref.append(med)
-            self.low = 0
-            self.active = False
+            self.calm += 1
+            if self.calm >= cfg.rearm_windows and b.time[i] - self.calm_from >= cfg.rearm_seconds:
+                self.active, self.low = False, 0
+            return None
+        if not low:
+            if recovered or not self.low:  # (in the band during an episode: no change)
+                self.ref.append(med)
+                self.low = 0
             return None
         self.low += 1
         if self.low == 1:
             self.since = int(b.step[i])
-        if self.active or self.low < cfg.for_windows:
+        if self.low < cfg.for_windows:
             return None
-        self.active = True
+        self.active, self.calm, self.calm_from = True, 0, float(b.time[i])
         if self.ctx.log("state_detach").last(int(b.pos[i])) is not None:
             return None  # explained: the graph grows every step
         return self._hit(b, i, med, ref, inverted, name)
 
     def _ready(self) -> bool:
         """Whether the state allows :meth:`_quiet_prefix` (checked without numpy work)."""
-        return (self.fast and not self.low and len(self.ref) == self.ref.maxlen
-                and self.nblk >= self.cfg.warmup_windows)
+        return (self.fast and not self.low and not self.active
+                and len(self.ref) == self.ref.maxlen and self.nblk >= self.cfg.warmup_windows)
 
     def _quiet_prefix(self, med: np.ndarray) -> int:
         """Take in one step the leading blocks that are normal (the common case): each block's
@@ -106,7 +129,6 @@ class ThroughputDropRule(Rule):
         if k:
             self.ref.extend(med[:k].tolist())
             self.nblk += k
-            self.active = False
         return k
 
     def _hit(self, b: Blocks, i: int, med: float, ref: float, inverted: bool, name: str) -> Hit:
@@ -123,15 +145,21 @@ class ThroughputDropRule(Rule):
             evidence = {"throughput": r6(med), "reference": r6(ref)}
         evidence.update({"drop": r6(drop), "since_step": self.since, "window_points": cfg.window})
         _s, mem = self.ctx.recent("memory", pos, 4 * cfg.window)
-        causes = [(("data loading became the bottleneck (slower storage, a new shard, too few "
-                   "workers)"), 0.5),
-                  ("thermal throttling, or another job sharing the GPU or node", 0.4),
+        growing = (mem.shape[0] >= 8
+                   and float(np.median(mem[-4:])) > 1.1 * float(np.median(mem[:4])))
+        # nothing in the run itself moved with the drop (no memory growth; a growing graph is
+        # state_detach's, checked before): the likeliest cause is outside the run
+        causes = [(("other processes share the CPU or GPU (another job, a busy node), or "
+                   "thermal throttling"), 0.4 if growing else 0.6),
+                  (("data loading became the bottleneck (slower storage, a new shard, too few "
+                   "workers)"), 0.4),
                   ("the batch composition changed (longer sequences, larger images)", 0.2)]
-        if mem.shape[0] >= 8 and float(np.median(mem[-4:])) > 1.1 * float(np.median(mem[:4])):
+        if growing:
             causes.append((("memory is growing too: allocator churn, swapping, or a retained "
-                           "graph"), 0.4))
-        fixes = ["Compare data time and compute time per step (profile one step)",
-                 "Check nvidia-smi for clocks, temperature and other processes",
+                           "graph"), 0.5))
+        fixes = [("Check what else runs on the machine (top, nvidia-smi): other processes, "
+                  "clocks, temperature"),
+                 "Compare data time and compute time per step (profile one step)",
                  "Raise DataLoader num_workers / prefetch_factor"]
         return self.alert(pos=pos, severity=cfg.severity, step=step, time=float(b.time[i]),
                           metric=name, message=message, evidence=evidence, causes=causes,

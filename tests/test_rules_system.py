@@ -110,6 +110,30 @@ def test_throughput_drop() -> None:
     assert "dropped 50 %" in next(a for a in alerts if a.rule == "throughput_drop").message
 
 
+def test_throughput_drop_is_one_alert_per_episode() -> None:
+    # another job takes the CPU for 60 of every 200 steps (18 s of every minute): one episode,
+    # not an alert per dip; after 450 s of full speed the rule re-arms for a new drop
+    run = clean(7000, "exp", seed=4)
+    s = run["step"]
+    run["throughput"][(s >= 1500) & (s < 4500) & ((s - 1500) % 200 < 60)] *= 0.5
+    run["throughput"][(s >= 4500) & (s < 4560)] *= 0.8  # between low and recovered
+    run["throughput"][s >= 6000] *= 0.5
+    alerts = engine_alerts(to_jsonl(run))
+    assert of(alerts, "throughput_drop") == [(1540, "warning"), (6040, "warning")]
+    a = next(a for a in alerts if a.rule == "throughput_drop")
+    assert a.causes[0].cause.startswith("other processes share the CPU or GPU")
+
+
+def test_throughput_wobbling_around_the_threshold_is_one_drop() -> None:
+    # 34 % and 26 % below in turn: each low window used to end the episode at the next one
+    # (and never reach two in a row); the band between low and recovered breaks nothing
+    run = clean(5000, "exp", seed=1)
+    s = run["step"]
+    w = s >= 1500
+    run["throughput"][w] *= np.where(((s[w] - 1) // 20) % 2 == 0, 0.66, 0.74)
+    assert of(engine_alerts(to_jsonl(run)), "throughput_drop") == [(1580, "warning")]
+
+
 def test_step_time_stands_in_for_throughput() -> None:
     run = clean(3000, "exp", seed=5)
     run["step_time"][idx(run, 1500):] *= 2.0
