@@ -10,16 +10,22 @@ The two rules are one analysis so that they agree: step time and memory rising t
 graph kept across steps through the recurrent state (``state_detach``); memory rising with a flat
 step time is a tensor kept with its graph (``memory_growth``). Whichever is seen first in a
 segment owns the diagnosis; the other does not fire on the same growth.
+
+A rising step time only counts as the detach ramp when it rises *steadily* (see
+:func:`steady_rise`): an undetached state makes every backward pass longer by the same amount,
+while other processes loading the machine lift the step time in a step (load arrives) or a burst.
+Without that test a memory leak on a busy machine reads as a detach bug.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from trainwatch.rules.base import Points
-from trainwatch.rules.stats import median_sorted, trend, windows
+from trainwatch.rules.stats import median, median_sorted, theil_sen, trend, windows
 
 
 @dataclass(frozen=True)
@@ -144,13 +150,25 @@ class TrendTrack:
         self._p = np.empty(0, dtype=np.int64)
         self._t = np.empty(0)
 
-    def minmax(self, pts: Points) -> tuple[float, float] | None:
-        """(min, max) of the carried values and ``pts``' (None when there are none), without
-        building the pushed arrays."""
-        parts = [a for a in (self._v, pts.values) if a.shape[0]]
-        if not parts:
-            return None
-        return min(float(a.min()) for a in parts), max(float(a.max()) for a in parts)
+    def minmax_from(self, pts: Points, first_count: int, first_step: float
+                    ) -> tuple[float, float] | None:
+        """(min, max) of the carried values and ``pts``', without building the pushed arrays;
+        only of the points that count ``first_count`` or more (1-based since the reset) or sit
+        at ``first_step`` or later: the points before both are warm-up that no window will hold.
+        None when there are none."""
+        lo, hi = math.inf, -math.inf
+        c0 = self.count - self._v.shape[0]
+        for steps, vals, c in ((self._s, self._v, c0), (pts.steps, pts.values, self.count)):
+            n = vals.shape[0]
+            if not n:
+                continue
+            i = max(0, first_count - 1 - c)  # the point at index j counts c + j + 1
+            if i and first_step < math.inf:
+                i = min(i, int(np.searchsorted(steps, first_step, side="left")))
+            if i < n:
+                part = vals[i:] if i else vals
+                lo, hi = min(lo, float(part.min())), max(hi, float(part.max()))
+        return None if lo > hi else (lo, hi)
 
     def advance(self, pts: Points) -> None:
         """:meth:`push` when nothing will be evaluated: only the carried tail moves on."""
@@ -203,13 +221,81 @@ def span_growth(ev: Evals, other: Pushed | None, q: int, min_points: int,
     return out
 
 
-def span_trend(ev: Evals, k: int, other: Pushed, min_rho: float = -1.0
-               ) -> tuple[float, float, float, int]:
-    """Exact trend of ``other`` within the step span of ``ev``'s evaluation k."""
+def span_window(ev: Evals, k: int, other: Pushed) -> tuple[np.ndarray, np.ndarray]:
+    """``other``'s (steps, values) within the step span of ``ev``'s evaluation k (up to the
+    evaluated record, by position: a later record may share its step)."""
     e = int(ev.end[k])
     lo = int(np.searchsorted(other.steps, ev.steps[e - ev.window + 1], side="left"))
     hi = int(np.searchsorted(other.pos, ev.pos[e], side="right"))
-    x = other.steps[lo:hi].astype(np.float64)
-    y = other.values[lo:hi]
+    return other.steps[lo:hi].astype(np.float64), other.values[lo:hi]
+
+
+def span_trend(ev: Evals, k: int, other: Pushed, min_rho: float = -1.0
+               ) -> tuple[float, float, float, int]:
+    """Exact trend of ``other`` within the step span of ``ev``'s evaluation k."""
+    x, y = span_window(ev, k, other)
     slope, rho, growth = trend(x, y, min_rho)
-    return slope, rho, growth, hi - lo
+    return slope, rho, growth, x.shape[0]
+
+
+def best_step(y: np.ndarray, min_seg: int) -> tuple[int, float, float]:
+    """The single step that best explains ``y``: (split index, share of the variance the two
+    segments' means explain, share a straight line explains). Splits leave at least ``min_seg``
+    points on each side.
+
+    Both shares are taken on ``y`` clipped to its 10th-90th percentiles, so that one hiccup
+    (a step 3x longer) weighs like any other high point instead of passing for a step, while a
+    real step keeps its full height (values, not ranks: a short, tall step stays the best split).
+    A noise-free line gives the step 0.75 at the middle split (and 1.0 to the line); a
+    noise-free step in the middle gives the line 0.75.
+    """
+    n = y.shape[0]
+    if n < 2 * min_seg:
+        return n // 2, 0.0, 0.0
+    srt = np.sort(y)
+    yc = np.clip(y, srt[n // 10], srt[n - 1 - n // 10])
+    yc = yc - yc.mean()
+    tot = float(np.dot(yc, yc))
+    if tot <= 0:
+        return n // 2, 0.0, 0.0
+    s = np.arange(min_seg, n - min_seg + 1)
+    c = np.cumsum(yc)[s - 1]
+    # the two segments' sums are c and -c (the values are centred): between-segment sum of
+    # squares of a split at s
+    between = c * c * n / (s * (n - s))
+    k = int(np.argmax(between))
+    xc = np.arange(n) - (n - 1) * 0.5
+    line = float(np.dot(xc, yc)) ** 2 / (float(np.dot(xc, xc)) * tot)
+    return int(s[k]), float(between[k] / tot), line
+
+
+LINE_VS_STEP = 0.9
+"""A line passes when it explains at least this fraction of what the best single step does: the
+step picks its split to fit the data, noise included, which a line cannot (on a 30-point window
+a noisy slow ramp's best step explains ~5-15 % more than its line; a real step's line ~25 % less)."""
+
+
+def steady_rise(x: np.ndarray, y: np.ndarray, min_late: float) -> tuple[bool, float]:
+    """Whether ``y`` (already rising against ``x``, points in order) rises steadily over the
+    window rather than in one step, and the late slope ratio (1.0 when the line wins outright).
+
+    Two ways to pass: a line explains ``y`` about as well as the best single step (see
+    :func:`best_step` and :data:`LINE_VS_STEP`; the points are taken as evenly spaced): a ramp;
+    or, when a step fits better, the part after it still rises at ``min_late`` or more of the
+    slope that step stands for. A ramp of slope b puts the two segments' medians b x (distance between their centres)
+    apart, whatever the split: that jump over that distance is the slope the step stands for,
+    and the part after the split keeps rising at it (ratio ~1; more when the ramp began inside
+    the window). A load that arrived is a step with a flat part after it (ratio ~0); a burst at
+    the end is the same. With fewer than a quarter of the window after the step its slope is
+    mostly noise: not steady (yet: a later window sees more of it).
+    """
+    n = y.shape[0]
+    split, share, line = best_step(y, max(3, n // 10))
+    if line >= LINE_VS_STEP * share:
+        return True, 1.0
+    jump = median(y[split:]) - median(y[:split])
+    dist = float(x[split:].mean() - x[:split].mean())
+    if not (jump > 0 and dist > 0):
+        return False, 0.0
+    late = theil_sen(x[split:], y[split:]) / (jump / dist)
+    return late >= min_late and n - split >= max(3, n // 4), late

@@ -5,7 +5,9 @@ rule ids.
 (b) by the stream alone: step time and memory rising linearly together, or step time alone when
 no memory is logged, or a ``graph_size`` series growing; and (c) by the console (see
 :mod:`trainwatch.rules.console`). ``memory_growth`` is memory rising steadily while the step time
-is flat; if the step time rises as well, the same evidence is reported as ``state_detach``.
+is flat, or rises only in a step or a burst (another process loading the machine: see
+:func:`~trainwatch.rules.growth.steady_rise`); if the step time ramps up steadily as well, the
+same evidence is reported as ``state_detach``.
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ from trainwatch.rules.growth import (
     flat_from,
     span_growth,
     span_trend,
+    span_window,
+    steady_rise,
+    trend,
 )
 from trainwatch.rules.models import DetachConfig, MemoryConfig
 
@@ -67,6 +72,8 @@ class GrowthAnalysis:
         self.trend_fired = False
         self.mem_fired = False
         self.mem_active = False
+        self.time_from_step = math.inf
+        """Step of the first step-time point a detach window can hold (after its warm-up)."""
 
     def hits(self, frame: Frame, rule: str) -> list[Hit]:
         if self._frame is not frame:
@@ -80,18 +87,31 @@ class GrowthAnalysis:
         time_pts = _finite(frame.role("step_time"))
         mem_pts = _finite(frame.role("memory"))
         has_mem = frame.roles.get("memory") is not None
-        # skip quickly when nothing is near a threshold: memory that stays within half the
-        # smallest growth bar over every window this frame ends cannot rise in any of them
-        mm = self.mem_track.minmax(mem_pts) if has_mem else None
-        flat = mm is not None and mm[1] - mm[0] < min(
-            mem.min_growth, det.memory_min_growth) / 2 * abs(mm[0])
         probe_hits = self._probe(frame) if det.enabled else []
         graph = self._graph_points(frame) if det.enabled else None
-        if self.fast and flat and not self.mem_active and not probe_hits and graph is None:
-            # no trend can be tested, memory cannot rise: the tracks only move on
+        if not (len(time_pts) or len(mem_pts) or probe_hits or (graph is not None and len(graph))):
+            return {}  # no window ends without a new point (evaluation records, events)
+        k = det.warmup_points - self.time_track.count
+        if self.time_from_step == math.inf and 0 <= k < len(time_pts):
+            self.time_from_step = float(time_pts.steps[k])
+        # skip quickly when nothing is near a threshold: memory that stays within half the
+        # smallest growth bar over every window this frame ends cannot rise in any of them.
+        # Only memory a window can hold counts: not the warm-up's (optimizer state appearing
+        # after the first step), or the first frame of every run would take the long way.
+        flat = False
+        if has_mem:
+            mm = self.mem_track.minmax_from(mem_pts, mem.warmup_points + 1, self.time_from_step)
+            flat = mm is None or mm[1] - mm[0] < min(
+                mem.min_growth, det.memory_min_growth) / 2 * abs(mm[0])
+        if self.fast and flat and not self.mem_active and self._graph_flat(graph):
+            # no trend can be tested, memory and the graph cannot rise: the tracks only move on
             self.time_track.advance(time_pts)
             self.mem_track.advance(mem_pts)
-            return {}
+            if graph is not None:
+                self.graph_track.advance(graph)
+            if probe_hits:
+                self.detach_fired = True
+            return {"state_detach": probe_hits} if probe_hits else {}
         tp = self.time_track.push(time_pts)
         mp = self.mem_track.push(mem_pts)
         mv = mp.values
@@ -149,12 +169,13 @@ class GrowthAnalysis:
             elif kind == "mem_ok":
                 self.mem_active = False
             elif kind == "mem" and not self.mem_active:
-                hit, time_rising = self._memory(frame, ev_m, tp, k)
-                if hit is None:
+                m_trend = ev_m.exact(k, mem.min_rho)
+                if not (m_trend[1] >= mem.min_rho and m_trend[2] >= mem.min_growth):
                     continue
                 self.mem_active = True
                 if self.detach_fired:
                     continue  # the same growth, already diagnosed as state_detach
+                hit, time_rising = self._memory(frame, ev_m, tp, k, m_trend)
                 if time_rising and det.enabled and not self.trend_fired:
                     out["state_detach"].append(hit)
                     self.trend_fired = self.detach_fired = True
@@ -189,9 +210,19 @@ class GrowthAnalysis:
                     if frame.metric(n) is not None), None)
         return None if pts is None else _finite(pts)
 
+    def _graph_flat(self, graph: Points | None) -> bool:
+        """Whether no graph-size window this frame ends can reach half the growth bar (the
+        quick estimate's bar: a ratio of two medians of its values)."""
+        if graph is None:
+            return True
+        mm = self.graph_track.minmax_from(graph, 1, math.inf)
+        return mm is None or (mm[0] > 0 and mm[1] - mm[0] < self.det.graph_min_growth / 2 * mm[0])
+
     def _trend(self, frame: Frame, ev_t: Evals, ev_dm: Pushed | None, k: int) -> Hit | None:
         det = self.det
-        _s, rho_t, g_t = ev_t.exact(k, det.time_min_rho if ev_dm is not None else det.time_only_rho)
+        x_t, y_t = ev_t.window_at(k)
+        _slope, rho_t, g_t = trend(
+            x_t, y_t, det.time_min_rho if ev_dm is not None else det.time_only_rho)
         e = int(ev_t.end[k])
         span = int(ev_t.steps[e] - ev_t.steps[e - ev_t.window + 1])
         evidence: dict[str, object] = {"window_points": ev_t.window, "steps": span,
@@ -200,7 +231,8 @@ class GrowthAnalysis:
             if not (rho_t >= det.time_min_rho and g_t >= det.time_min_growth):
                 return None
             _ms, rho_m, g_m, n_m = span_trend(ev_t, k, ev_dm, det.memory_min_rho)
-            if not (n_m >= 5 and rho_m >= det.memory_min_rho and g_m >= det.memory_min_growth):
+            if not (n_m >= 5 and rho_m >= det.memory_min_rho and g_m >= det.memory_min_growth
+                    and self._steady(x_t, y_t, evidence)):
                 return None
             evidence.update({"memory_growth": r6(g_m), "memory_rho": r6(rho_m)})
             message = (f"Step time and memory are rising together (+{pct(g_t)} and +{pct(g_m)} "
@@ -208,7 +240,8 @@ class GrowthAnalysis:
                        "detached, so each backward pass runs through the whole history.")
             causes = DETACH_CAUSES
         else:
-            if not (rho_t >= det.time_only_rho and g_t >= det.time_only_growth):
+            if not (rho_t >= det.time_only_rho and g_t >= det.time_only_growth
+                    and self._steady(x_t, y_t, evidence)):
                 return None
             message = (f"Step time is rising steadily (+{pct(g_t)} over the last {span} steps, "
                        f"Spearman {fmt(rho_t)}): each backward pass grows, as when the recurrent "
@@ -220,6 +253,13 @@ class GrowthAnalysis:
                         step=int(ev_t.steps[e]), time=float(ev_t.times[e]),
                         metric=frame.roles.get("step_time"), message=message, evidence=evidence,
                         causes=causes, fixes=DETACH_FIXES)
+
+    def _steady(self, x: np.ndarray, y: np.ndarray, evidence: dict[str, object]) -> bool:
+        """:func:`steady_rise` of a rising step time, noted in the evidence."""
+        ok, late = steady_rise(x, y, self.det.time_min_late_slope)
+        evidence["step_time_steady"] = ok
+        evidence["step_time_late_slope"] = r6(late)
+        return ok
 
     def _graph(self, ev_g: Evals, k: int) -> Hit | None:
         det = self.det
@@ -239,19 +279,26 @@ class GrowthAnalysis:
                       "rho": r6(rho), "window_points": ev_g.window},
             causes=[(DETACH_CAUSES[0][0], 0.9), DETACH_CAUSES[1]], fixes=DETACH_FIXES)
 
-    def _memory(self, frame: Frame, ev_m: Evals, ev_tl: Pushed, k: int) -> tuple[Hit | None, bool]:
+    def _memory(self, frame: Frame, ev_m: Evals, ev_tl: Pushed, k: int,
+                m_trend: tuple[float, float, float]) -> tuple[Hit, bool]:
+        """The hit for memory rising in evaluation k (its exact ``m_trend``): state_detach when
+        the step time ramps up steadily with it, else memory_growth; and which."""
         mem, det = self.mem, self.det
-        slope, rho, g = ev_m.exact(k, mem.min_rho)
-        if not (rho >= mem.min_rho and g >= mem.min_growth):
-            return None, False
-        _ts, rho_t, g_t, n_t = span_trend(ev_m, k, ev_tl, det.time_min_rho)
-        time_rising = bool(n_t >= 5 and rho_t >= det.time_min_rho and g_t >= det.time_min_growth)
+        slope, rho, g = m_trend
+        x_t, y_t = span_window(ev_m, k, ev_tl)
+        n_t = x_t.shape[0]
+        _slope, rho_t, g_t = trend(x_t, y_t, det.time_min_rho)
         e = int(ev_m.end[k])
         x0 = float(ev_m.values[e - ev_m.window + 1])
         span = int(ev_m.steps[e] - ev_m.steps[e - ev_m.window + 1])
-        evidence = {"growth": r6(g), "rho": r6(rho), "slope_per_step": r6(slope),
-                    "first": r6(x0), "last": r6(float(ev_m.values[e])), "steps": span,
-                    "step_time_growth": r6(g_t) if n_t >= 5 and math.isfinite(g_t) else None}
+        evidence: dict[str, object] = {
+            "growth": r6(g), "rho": r6(rho), "slope_per_step": r6(slope), "first": r6(x0),
+            "last": r6(float(ev_m.values[e])), "steps": span,
+            "step_time_growth": r6(g_t) if n_t >= 5 and math.isfinite(g_t) else None}
+        # a step time that rose in a step or a burst (load from other processes) is not the
+        # detach ramp: the growth stays a memory leak
+        time_up = n_t >= 5 and rho_t >= det.time_min_rho and g_t >= det.time_min_growth
+        time_rising = time_up and self._steady(x_t, y_t, evidence)
         pos, step, time = int(ev_m.pos[e]), int(ev_m.steps[e]), float(ev_m.times[e])
         metric = frame.roles.get("memory")
         if time_rising:
@@ -266,7 +313,9 @@ class GrowthAnalysis:
             "memory_growth", pos=pos, severity=mem.severity, step=step, time=time, metric=metric,
             message=f"Memory has grown steadily by {pct(g)} over the last {span} steps "
                     f"({fmt(x0)} -> {fmt(float(ev_m.values[e]))}, +{fmt(slope * 1000)} per 1k "
-                    "steps) while the step time is flat.",
+                    "steps) while the step time "
+                    + ("rose only in a step or a burst, not steadily with it (another load on "
+                       "the machine?)." if time_up else "is flat."),
             evidence=evidence,
             causes=[(("a tensor kept with its graph across steps (e.g. total_loss += loss "
                      "instead of loss.item())"), 0.7),

@@ -1,0 +1,244 @@
+"""``state_detach`` against ``memory_growth`` when the machine is loaded: a step time lifted by
+other processes (a step when load arrives, a burst) is not the steady ramp of an undetached
+state, so a memory leak seen meanwhile stays ``memory_growth``; genuine joint ramps stay
+``state_detach``. Plus the pure maths of :func:`best_step` and :func:`steady_rise`, and the
+quick paths that skip frames where nothing can rise, against the full analysis."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from test_rules_data import clean, engine_alerts, idx, of, parse_live, to_jsonl
+
+from trainwatch.rules import ConfigError, RuleEngine, load_rules_config, memory
+from trainwatch.rules.base import Points
+from trainwatch.rules.growth import TrendTrack, best_step, steady_rise
+from trainwatch.rules.stats import spearman, theil_sen
+
+SEEDS = range(6)
+GROWTH_RULES = ("state_detach", "memory_growth")
+
+
+# --------------------------------------------------------------------------- pure maths
+def _best_step_reference(y: np.ndarray, min_seg: int) -> tuple[int, float, float]:
+    """Every split tried in turn on the 10th-90th percentile-clipped values: the share of their
+    variance the two segment means explain; and a least-squares line's R^2 against the index."""
+    n = len(y)
+    lo, hi = np.sort(y)[n // 10], np.sort(y)[n - 1 - n // 10]
+    c = np.clip(y, lo, hi)
+    tot = float(((c - c.mean()) ** 2).sum())
+    best = (0, -1.0)
+    for s in range(min_seg, n - min_seg + 1):
+        a, b = c[:s], c[s:]
+        share = (len(a) * (a.mean() - c.mean()) ** 2 + len(b) * (b.mean() - c.mean()) ** 2) / tot
+        if share > best[1] + 1e-12:
+            best = (s, share)
+    line = float(np.corrcoef(np.arange(n), c)[0, 1] ** 2)
+    return best[0], best[1], line
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_best_step_matches_trying_every_split(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(12, 80))
+    y = rng.lognormal(0, 0.1, n) * (1 + (np.arange(n) > rng.integers(2, n - 2)))
+    if seed % 2:
+        y = y + 0.02 * np.arange(n)  # and a ramp
+    got = best_step(y, max(3, n // 10))
+    ref = _best_step_reference(y, max(3, n // 10))
+    assert got[0] == ref[0] and got[1:] == pytest.approx(ref[1:], rel=1e-9)
+
+
+def _shape(kind: str, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng([seed, n])
+    x = np.arange(100.0, 100.0 + n)
+    k = np.arange(n)
+    noise = rng.lognormal(0, 0.03, n)
+    if kind == "ramp":
+        return x, (1 + 0.01 * k) * noise
+    if kind == "hinge":  # a ramp that began inside the window
+        return x, (1 + 0.02 * np.maximum(0, k - n // 2)) * noise
+    if kind == "step":  # load arrived
+        return x, (1 + 1.0 * (k > 0.55 * n)) * noise
+    if kind == "burst":  # a load burst that is still on, over a noisy step time
+        return x, (1 + 2.0 * (k > 0.65 * n)) * rng.lognormal(0, 0.2, n)
+    raise ValueError(kind)
+
+
+@pytest.mark.parametrize("n", [30, 200])
+@pytest.mark.parametrize(("kind", "steady"),
+                         [("ramp", True), ("hinge", True), ("step", False), ("burst", False)])
+def test_steady_rise_tells_a_ramp_from_a_step(n: int, kind: str, steady: bool) -> None:
+    gated = 0
+    for seed in SEEDS:
+        x, y = _shape(kind, n, seed)
+        slope, rho = theil_sen(x, y), spearman(x, y)
+        if not (rho >= 0.6 and slope * (x[-1] - x[0]) >= 0.03 * np.median(y)):
+            continue  # state_detach's rise bars come first: only what passes them is judged
+        gated += 1
+        ok, late = steady_rise(x, y, 0.5)
+        assert ok is steady, (kind, n, seed, late)
+        if kind == "step":
+            assert abs(late) < 0.5
+    assert gated >= len(SEEDS) // 2  # each shape does rise past the bars
+
+
+# --------------------------------------------------------------------------- the rules
+def test_late_slope_config() -> None:
+    assert load_rules_config().rules["state_detach"].time_min_late_slope == 0.5
+    with pytest.raises(ConfigError, match=r"state_detach\.time_min_late_slope: expected"):
+        load_rules_config(overrides={"state_detach": {"time_min_late_slope": -1}})
+
+
+def _leak(seed: int, rate: float, noise: float = 0.03) -> dict:
+    """A memory leak from step 1000 (``rate`` of the level per step); flat step time."""
+    run = clean(2500, "exp", seed=seed)
+    rng = np.random.default_rng([seed, 99])
+    run["step_time"] = 0.3 * rng.lognormal(0, noise, run["step"].shape[0])
+    run["memory"] = run["memory"] * (1 + rate * np.maximum(0, run["step"] - 1000))
+    return run
+
+
+def _load(run: dict, start: int, stop: int | None, factor: float) -> None:
+    """Other processes take the CPU from ``start`` (to ``stop``): the step time is ``factor``
+    times longer meanwhile."""
+    run["step_time"][idx(run, start):None if stop is None else idx(run, stop)] *= factor
+    run["throughput"] = 4096.0 / run["step_time"]
+
+
+def _growth_alerts(run: dict) -> tuple[list, list, list]:
+    alerts = engine_alerts(to_jsonl(run))
+    mem = [a for a in alerts if a.rule == "memory_growth"]
+    return alerts, mem, of(alerts, "state_detach")
+
+
+def _judged_as_memory_growth(run: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The leak is memory_growth; judged on the step time's rise alone (the shape test made to
+    pass everything), the same run would be state_detach: the scenario is a real trap."""
+    alerts, mem, detach = _growth_alerts(run)
+    assert detach == [], [(a.rule, a.step, a.message) for a in alerts]
+    assert len(mem) == 1 and 1000 < mem[0].step <= 1300
+    if mem[0].evidence.get("step_time_steady") is False:
+        assert "not steadily" in mem[0].message
+    with monkeypatch.context() as m:
+        m.setattr(memory, "steady_rise", lambda x, y, min_late: (True, 1.0))
+        _, mem, detach = _growth_alerts(run)
+    assert mem == [] and len(detach) == 1
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize(("at", "factor"), [(1000, 2.0), (1030, 2.0), (1000, 1.3)])
+def test_load_arriving_during_a_leak_is_memory_growth(seed: int, at: int, factor: float,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    # memory_growth judges its first rising window (about steps 920-1120) with the load
+    # arrived inside it: the step time steps up there, rank-correlated with memory
+    run = _leak(seed, 2e-4)
+    _load(run, at, None, factor)
+    _judged_as_memory_growth(run, monkeypatch)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize(("at", "factor"), [(1040, 1.6), (1080, 1.3)])
+def test_load_step_during_a_fast_leak_is_memory_growth(seed: int, at: int, factor: float,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    # a leak fast enough (1.5 % over 30 steps) for the short joint-ramp windows to judge it,
+    # and load arriving while they do
+    run = _leak(seed, 5e-4)
+    _load(run, at, None, factor)
+    _judged_as_memory_growth(run, monkeypatch)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("stop", [1150, None])
+def test_load_burst_on_a_noisy_step_time_is_memory_growth(
+        seed: int, stop: int | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    run = _leak(seed, 2e-4, noise=0.25)
+    _load(run, 1000, stop, 3.0)
+    _judged_as_memory_growth(run, monkeypatch)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize(("time_rate", "mem_rate", "latest"),
+                         [(0.01, 0.002, 850), (0.002, 4e-4, 950), (1e-3, 5e-5, 1200)])
+def test_joint_linear_ramps_are_state_detach(seed: int, time_rate: float, mem_rate: float,
+                                             latest: int) -> None:
+    # from fast (caught by the short windows) to slow (only memory_growth's long window sees
+    # the step time rising with memory): each time the ramp is steady, so it is state_detach
+    run = clean(2000, "exp", seed=seed)
+    k = np.maximum(0, run["step"] - 800)
+    run["step_time"] = run["step_time"] * (1 + time_rate * k)
+    run["throughput"] = 4096.0 / run["step_time"]
+    run["memory"] = run["memory"] * (1 + mem_rate * k)
+    alerts, mem, detach = _growth_alerts(run)
+    assert mem == []
+    assert len(detach) == 1 and 800 < detach[0][0] <= latest, detach
+    a = next(a for a in alerts if a.rule == "state_detach")
+    assert a.evidence["step_time_steady"] is True
+
+
+# --------------------------------------------------------------------------- quick paths
+def test_minmax_from_skips_only_the_warm_up() -> None:
+    rng = np.random.default_rng(3)
+    steps = np.arange(1, 61) * 5  # memory every 5 steps
+    vals = rng.normal(100, 1, 60)
+    track = TrendTrack(25)
+    for lo_i, hi_i in ((0, 7), (7, 30), (30, 60)):
+        cut = slice(lo_i, hi_i)
+        pts = Points("memory", steps[cut], vals[cut], steps[cut] * 1.0, steps[cut])
+        for first_count, first_step in ((1, math.inf), (4, math.inf), (12, math.inf),
+                                        (12, 18.0), (40, 101.0), (99, math.inf)):
+            # reference: every point carried (the last 25 seen) or new, filtered one by one
+            seen = np.arange(max(0, lo_i - 25), hi_i)
+            keep = [i for i in seen if i + 1 >= first_count or steps[i] >= first_step]
+            got = track.minmax_from(pts, first_count, first_step)
+            want = (vals[keep].min(), vals[keep].max()) if keep else None
+            assert got == want, (lo_i, first_count, first_step)
+        track.advance(pts)
+
+
+def _sparse_memory(run: dict, every: int) -> bytes:
+    mem = np.where(run["step"] % every == 0, run["memory"], np.nan)
+    data = to_jsonl({**run, "memory": mem})
+    return data.replace(b',"memory":NaN', b"")
+
+
+def _live_growth_alerts(data: bytes, seed: int) -> list[tuple[str, int]]:
+    """The growth alerts of the file read live, a few lines at a time."""
+    e = RuleEngine(load_rules_config(), live=True)
+    for b in parse_live(data, seed=seed, max_lines=8):
+        e.feed(b)
+    return [(a.rule, a.step) for a in e.alerts if a.rule in GROWTH_RULES]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_quick_paths_match_the_full_analysis_with_sparse_memory(
+        seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    # memory logged every 2nd step: a detach window over the first step times holds memory
+    # points the memory rule still counts as warm-up, so they must not be skipped as flat
+    run = clean(1500, "exp", seed=seed)
+    k = np.maximum(0, run["step"] - 12)
+    run["step_time"] = run["step_time"] * (1 + 0.01 * k)
+    run["memory"] = run["memory"] * (1 + 0.003 * k)
+    leak = clean(1500, "exp", seed=seed)
+    leak["memory"] = leak["memory"] * (1 + 2e-4 * np.maximum(0, leak["step"] - 700))
+    # and the trainer's graph-size probe (every 10 steps): growing from step 800, or flat with
+    # the state probe saying attached from step 900
+    probed = clean(1500, "exp", seed=seed)
+    on = probed["step"] % 10 == 0
+    grows = np.where(on, 5000.0 + 40.0 * np.maximum(0, probed["step"] - 800), np.nan)
+    flat = np.where(on, 5000.0, np.nan)
+    attached = (probed["step"] >= 900).astype(float)
+    datas = [_sparse_memory(run, 2), _sparse_memory(leak, 2), to_jsonl(clean(1500, seed=seed)),
+             to_jsonl(probed, extra={"probe/graph_size": grows}).replace(
+                 b'"probe/graph_size":NaN,', b""),
+             to_jsonl(probed, extra={"probe/graph_size": flat, "state_attached": attached}
+                      ).replace(b'"probe/graph_size":NaN,', b"")]
+    fast = [_live_growth_alerts(d, seed) for d in datas]
+    monkeypatch.setattr(memory.GrowthAnalysis, "fast", False)
+    assert fast == [_live_growth_alerts(d, seed) for d in datas]
+    assert [r for r, _ in fast[0]] == ["state_detach"] and fast[0][0][1] <= 70, fast[0]
+    assert [r for r, _ in fast[1]] == ["memory_growth"] and fast[2] == []
+    assert [r for r, _ in fast[3]] == ["state_detach"] and 800 < fast[3][0][1] <= 1000
+    assert fast[4] == [("state_detach", 900)]
