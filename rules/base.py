@@ -125,6 +125,10 @@ class StepLog:
     def add(self, pos: int, step: int) -> None:
         self._items.append((pos, step))
 
+    def extend(self, pos: Sequence[int], steps: Sequence[int]) -> None:
+        """Several points at once, in order."""
+        self._items.extend(zip(pos, steps))
+
     def clear(self) -> None:
         self._items.clear()
 
@@ -171,17 +175,19 @@ class Context:
 
     def recent(self, role: str, upto_pos: int, n: int) -> tuple[np.ndarray, np.ndarray]:
         """(steps, values) of the last ``n`` (<= HISTORY) finite values of ``role`` at or before
-        a record (``role`` in HISTORY_ROLES)."""
-        hp, hs, hv = self._history(role)
+        a record (``role`` in HISTORY_ROLES). The arrays may be views: read them only."""
         fr = self.frame
         pts = fr.role(role) if fr is not None else None
         if pts is not None and len(pts):
-            k = int(np.searchsorted(pts.pos, upto_pos, side="right"))
-            fv = pts.values[:k]
-            ok = np.isfinite(fv)
-            s = np.concatenate([hs, pts.steps[:k][ok]])
-            v = np.concatenate([hv, fv[ok]])
+            fin = pts.finite()  # cached on the frame's points: several rules ask
+            k = int(np.searchsorted(fin.pos, upto_pos, side="right"))
+            if 0 < n <= k:  # the frame alone holds them (the common case)
+                return fin.steps[k - n:k], fin.values[k - n:k]
+            _hp, hs, hv = self._history(role)
+            s = np.concatenate([hs, fin.steps[:k]])
+            v = np.concatenate([hv, fin.values[:k]])
         else:
+            hp, hs, hv = self._history(role)
             keep = hp <= upto_pos
             s, v = hs[keep], hv[keep]
         return s[-n:], v[-n:]
@@ -192,8 +198,7 @@ class Context:
         fr = self.frame
         pts = fr.role(role) if fr is not None else None
         if pts is not None and len(pts):
-            k = int(np.searchsorted(pts.pos, pos, side="left"))
-            n += int(np.count_nonzero(np.isfinite(pts.values[:k])))
+            n += int(np.searchsorted(pts.finite().pos, pos, side="left"))
         return n
 
     def latest(self, role: str, upto_pos: int) -> float | None:

@@ -263,7 +263,10 @@ class RuleEngine:
                 if a == b:
                     continue
                 rows, steps, values, times = rows[a:b], steps[a:b], values[a:b], times[a:b]
-            series[name] = Points(name, steps, values, times, np.add(rows, base, dtype=np.int64))
+            pos = rows.astype(np.int64)  # (cheaper than np.add with a dtype)
+            if base:
+                pos += base
+            series[name] = Points(name, steps, values, times, pos)
         is_event = np.zeros(hi - lo, dtype=bool)
         events: tuple[Event, ...] = ()
         if ev_rows.shape[0]:

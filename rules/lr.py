@@ -81,10 +81,20 @@ class LrExhaustedRule(Rule):
         elif len(lb):
             ks = (np.searchsorted(f.pos, lb.pos, side="right") - 1 if f is not None
                   else np.full(len(lb), -1))
-            for j, (med, noise) in enumerate(zip(lb.med.tolist(), lb.noise.tolist())):
-                self.loss_hist.append((med, int(lb.step[j])))
+            # only a block where the floor run is long enough can fire: the others only extend
+            # the loss history, in bulk
+            at = ks >= 0
+            length_b = np.where(at, F[ks] if F.shape[0] else 0, self.frun)
+            n_b = np.where(at, n_i[ks] if n_i.shape[0] else 0, self.n)
+            long_enough = (length_b > 0) & (length_b >= np.maximum(cfg.min_points,
+                                                                   cfg.floor_fraction * n_b))
+            done = 0
+            for j in np.flatnonzero(long_enough).tolist():
+                self.loss_hist.extend(zip(lb.med[done:j + 1].tolist(),
+                                          lb.step[done:j + 1].tolist()))
+                done = j + 1
                 # two block medians differ by sqrt(2) standard errors of one
-                delta = max(cfg.min_delta, cfg.noise_factor * 1.4142 * noise)
+                delta = max(cfg.min_delta, cfg.noise_factor * 1.4142 * float(lb.noise[j]))
                 k = int(ks[j])
                 if k >= 0:
                     run, length, n, peak = int(fid[k]), int(F[k]), int(n_i[k]), float(peak_i[k])
@@ -102,6 +112,8 @@ class LrExhaustedRule(Rule):
                 pos = int(lb.pos[j])
                 hits.append(self._floor(pos, int(lb.step[j]), float(lb.time[j]), lr_now, length,
                                         peak, n, since, frame.roles.get("lr")))
+            if done < len(lb):
+                self._keep_loss(lb, done)
         if f is not None:
             self.ffired = bool(F[-1] > 0 and int(fid[-1]) in fired_f)
             if F[-1] > 0 and int(fid[-1]) > 0:
@@ -126,7 +138,11 @@ class LrExhaustedRule(Rule):
         cond = z & (Z >= np.maximum(cfg.min_points, cfg.zero_fraction * n_i)) & (peak_i > 0)
         zstarts = np.flatnonzero(z & ~np.concatenate(([self.zrun > 0], z[:-1])))
         fired_z = {0} if self.zfired else set()
-        for i in np.flatnonzero(cond).tolist():
+        # a run fires at most once, at its first qualifying point: only those are visited (run
+        # ids never decrease along the frame)
+        at = np.flatnonzero(cond)
+        runs = zid[at]
+        for i in at[np.concatenate(([True], runs[1:] != runs[:-1]))[:at.shape[0]]].tolist():
             run = int(zid[i])
             if run in fired_z:
                 continue
@@ -139,10 +155,11 @@ class LrExhaustedRule(Rule):
         self.zrun = int(Z[-1])
         return hits
 
-    def _keep_loss(self, lb: Blocks) -> None:
-        """Add the loss blocks to the history (only the last ``maxlen`` can stay in it)."""
-        keep = -(self.loss_hist.maxlen or 0) or None
-        self.loss_hist.extend(zip(lb.med[keep:].tolist(), lb.step[keep:].tolist()))
+    def _keep_loss(self, lb: Blocks, lo: int = 0) -> None:
+        """Add the loss blocks from ``lo`` on to the history (only the last ``maxlen`` can stay
+        in it)."""
+        lo = max(lo, len(lb) - (self.loss_hist.maxlen or 0))
+        self.loss_hist.extend(zip(lb.med[lo:].tolist(), lb.step[lo:].tolist()))
 
     def _quiet(self, v: np.ndarray, peak_i: np.ndarray) -> bool:
         """Every point is above its floor and above ~0: no run of either starts here."""

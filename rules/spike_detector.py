@@ -256,7 +256,8 @@ class SpikeDetector:
         g_ok = max(0, -(-(cfg.min_points - c0 - off) // K))
         g0 = min(nb_all, max(0, -(-(W - R - off) // K)))
         """Boundaries before g0 have fewer than W accepted points behind them (warm-up)."""
-        partial = [np.sort(A[: R + off + K * g]) for g in range(g0)]
+        # boundaries before g_ok have no baseline (NaN median): their windows are never read
+        partial = [np.sort(A[: R + off + K * g]) if g >= g_ok else _EMPTY for g in range(g0)]
         rows = _EMPTY_ROWS
         if g0 < nb_all:
             rows = np.sort(strided_windows(A, W, R + off + K * g0 - W, K, nb_all - g0), axis=1)
@@ -265,8 +266,8 @@ class SpikeDetector:
             meds *= 0.5  # = median_sorted(rows)
         else:
             meds = np.empty(nb_all)
-            for g, row in enumerate(partial):
-                meds[g] = median_sorted(row)
+            for g in range(g_ok, g0):
+                meds[g] = median_sorted(partial[g])
             if g0 < nb_all:
                 meds[g0:] = median_sorted(rows)
             if g_ok:
@@ -297,7 +298,8 @@ class SpikeDetector:
             bm = _EMPTY
         # early maximum: fixed once the first early_points accepted points are in
         need = max(0, cfg.early_points - self.early_n)
-        early_max = max(self.early_max, float(x[:need].max())) if need and m else self.early_max
+        head_max = float(x[:need].max()) if need and m else -math.inf
+        early_max = max(self.early_max, head_max)
         jstar = m
         E = None
         # every bar is at least r1: below it nowhere (the common case), no point is a candidate
@@ -337,7 +339,8 @@ class SpikeDetector:
         self.n_acc = c0 + jstar
         if self.early_n < cfg.early_points and jstar:
             take = min(jstar, need)
-            self.early_max = max(self.early_max, float(x[:take].max()))
+            self.early_max = max(self.early_max,
+                                 head_max if take == min(m, need) else float(x[:take].max()))
             self.early_n += take
         nr = 0 if jstar < off else (jstar - off) // K + 1
         if nr:

@@ -34,12 +34,19 @@ class SpikeRule(Rule):
         if pts is None or not len(pts):
             return []
         f = pts.finite()
-        events, flagged = self.det.update(f.values, f.steps)
+        c = self._shift(f)
+        events, flagged = self.det.update(f.values + c if c else f.values, f.steps)
         if flagged.shape[0]:
-            log = self.ctx.log(self.id)
-            for k in flagged.tolist():
-                log.add(int(f.pos[k]), int(f.steps[k]))
+            self.ctx.log(self.id).extend(f.pos[flagged].tolist(), f.steps[flagged].tolist())
+        if c:
+            events = [replace(ev, value=ev.value - c, median=ev.median - c,
+                              early_max=ev.early_max - c) for ev in events]
         return [self._hit(f, ev) for ev in events]
+
+    def _shift(self, f: Points) -> float:
+        """What the detector sees is the values plus this (0: the values themselves); events
+        come back on the values' own scale."""
+        return 0.0
 
     def _severity(self, ev: SpikeEvent) -> str:
         return "error" if ev.kind in (ESCALATE, START_ESCALATED) else self.cfg.severity
@@ -59,6 +66,14 @@ class SpikeRule(Rule):
 
     def _hit(self, f: Points, ev: SpikeEvent) -> Hit:
         raise NotImplementedError
+
+    def _alert(self, f: Points, ev: SpikeEvent, message: str, evidence: dict[str, object],
+               causes: list[tuple[str, float]], fixes: list[str]) -> Hit:
+        """The hit at the event's point (its step, time and record)."""
+        i = ev.index
+        return self.alert(pos=int(f.pos[i]), severity=self._severity(ev), step=int(f.steps[i]),
+                          time=float(f.times[i]), metric=f.name, message=message,
+                          evidence=evidence, causes=causes, fixes=fixes)
 
 
 def _why(ev: SpikeEvent, name: str, cfg: SpikeConfig) -> str:
@@ -104,9 +119,7 @@ class LossSpikeRule(SpikeRule):
             fixes.insert(0, fixes.pop(1))
         if ev.kind in (ESCALATE, START_ESCALATED) and not ev.severe:
             causes.append(("the run left its stable regime (not a one-off batch)", 0.6))
-        return self.alert(pos=pos, severity=self._severity(ev), step=step, time=float(f.times[i]),
-                          metric=f.name, message=message, evidence=ev_d, causes=causes,
-                          fixes=fixes)
+        return self._alert(f, ev, message, ev_d, causes, fixes)
 
     @staticmethod
     def _lead(ev: SpikeEvent, step: int, name: str) -> str:
@@ -150,9 +163,7 @@ class GradExplosionRule(SpikeRule):
             "Use bf16 instead of fp16, or QK-layernorm / z-loss for large transformers",
             f"Inspect the batch at step {step}",
         ]
-        return self.alert(pos=pos, severity=self._severity(ev), step=step, time=float(f.times[i]),
-                          metric=f.name, message=f"{lead}{'; ' + why if why else ''}.",
-                          evidence=evidence, causes=causes, fixes=fixes)
+        return self._alert(f, ev, f"{lead}{'; ' + why if why else ''}.", evidence, causes, fixes)
 
 
 class StepTimeOutlierRule(SpikeRule):
@@ -162,29 +173,17 @@ class StepTimeOutlierRule(SpikeRule):
     def _severity(self, ev: SpikeEvent) -> str:
         return self.cfg.severity  # a slow step is never an error; sustained slowness is throughput_drop
 
-    def update(self, frame: Frame) -> list[Hit]:
+    def _shift(self, f: Points) -> float:
         # The detector sees step times shifted up by c = min_excess / (min_ratio - 1): robust z is
         # unchanged by a shift, and "x - median >= (min_ratio - 1) * (median + c)" asks a slow
         # step to pass the ratio AND an absolute excess. Jitter of a 1 ms loop on a shared CPU
         # then never opens an episode (whose cooldown would hide the real stall that follows).
-        pts = frame.role(self.role)
-        if pts is None or not len(pts):
-            return []
-        f = pts.finite()
         cfg: StepTimeConfig = self.cfg
         scale = 1000.0 if f.name.endswith("_ms") else 1.0
-        c = cfg.min_excess_s * scale / max(cfg.min_ratio - 1.0, 1e-9)
-        events, flagged = self.det.update(f.values + c, f.steps)
-        if flagged.shape[0]:
-            log = self.ctx.log(self.id)
-            for k in flagged.tolist():
-                log.add(int(f.pos[k]), int(f.steps[k]))
-        return [self._hit(f, replace(ev, value=ev.value - c, median=ev.median - c,
-                                     early_max=ev.early_max - c)) for ev in events]
+        return cfg.min_excess_s * scale / max(cfg.min_ratio - 1.0, 1e-9)
 
     def _hit(self, f: Points, ev: SpikeEvent) -> Hit:
-        i = ev.index
-        step, pos = int(f.steps[i]), int(f.pos[i])
+        step = int(f.steps[ev.index])
         dur = fmt_duration(ev.value) if ev.value < 1e5 else fmt(ev.value)
         if ev.kind == ESCALATE:
             message = (f"Steps keep running slow ({ev.episode_points} slow steps since the "
@@ -202,6 +201,4 @@ class StepTimeOutlierRule(SpikeRule):
             "Move checkpoint and eval work out of the timed step",
             "Check nvidia-smi / top for other processes",
         ]
-        return self.alert(pos=pos, severity=self._severity(ev), step=step, time=float(f.times[i]),
-                          metric=f.name, message=message, evidence=self._evidence(f, ev),
-                          causes=causes, fixes=fixes)
+        return self._alert(f, ev, message, self._evidence(f, ev), causes, fixes)

@@ -110,28 +110,38 @@ class StalledStreamRule(Rule):
     def _ends(self, frame: Frame, valid: np.ndarray) -> None:
         """Events that end or restart the stream: a gap after an end event (until the next metric
         record or start event) or before a start event is not a stall. Clears those in
-        ``valid``; updates ``finished`` and ``announced``."""
+        ``valid``; updates ``finished`` and ``announced``.
+
+        ``finished`` after a record is True after an end event, False after a metric record or a
+        (re)start event, unchanged after other events (checkpoint, eval); the gap *into* a record
+        is not a stall when ``finished`` held after the record before it. Only events change it
+        otherwise than to False, and a frame holds few of them: a walk over the events."""
         cfg: StreamConfig = self.cfg
         n = valid.shape[0]
-        # finished after a record: True after an end event, False after a metric record or a
-        # (re)start event, unchanged after other events (checkpoint, eval)
-        code = np.where(frame.rec_is_event, -1, 0)
-        starts = np.zeros(n, dtype=bool)
-        for row, ev in zip(np.flatnonzero(frame.rec_is_event).tolist(), frame.events):
-            if ev.name in cfg.end_events:
-                code[row] = 1
-            elif ev.name in _STARTS:
-                code[row] = 0
-                starts[row] = True
+        fin = self.finished
+        prev = -1
+        rows = np.flatnonzero(frame.rec_is_event).tolist()
+        names = [ev.name for ev in frame.events[:len(rows)]]
+        names += [""] * (len(rows) - len(names))  # an event row without its event: another event
+        for row, name in zip(rows, names):
+            if row > prev + 1:  # metric records in between: the first one ends a finished run
+                if fin:
+                    valid[prev + 1] = False
+                fin = False
+            elif fin:
+                valid[row] = False
+            if name in cfg.end_events:
+                fin = True
+            elif name in _STARTS:
+                valid[row] = False
+                fin = False
                 self.announced = True
-        idx = np.arange(n)
-        last = np.maximum.accumulate(np.where(code >= 0, idx, -1))
-        after = np.where(last >= 0, code[np.maximum(last, 0)] == 1, self.finished)
-        before = np.empty(n, dtype=bool)
-        before[0] = self.finished
-        before[1:] = after[:-1]
-        valid &= ~before & ~starts
-        self.finished = bool(after[-1])
+            prev = row
+        if prev + 1 < n:
+            if fin:
+                valid[prev + 1] = False
+            fin = False
+        self.finished = fin
 
     def arrived(self, now: float | None) -> None:
         """The records just fed arrived at ``now`` (None: when is not known)."""

@@ -265,3 +265,44 @@ def test_arrival_times_do_not_change_what_feed_returns() -> None:
     timed = [a for i, b in enumerate(parse_live(data, seed=3, max_lines=50))
              for a in e.feed(b, now=1.8e9 + i)]
     assert timed == plain == e.alerts
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_context_recent_and_count_before_against_the_whole_history(seed: int) -> None:
+    """What rules ask the context about a role (the last n finite values at or before a record,
+    the finite points before one) equals a direct reading of every point fed so far."""
+    from trainwatch.rules.base import HISTORY, Context, Frame, Points
+
+    rng = np.random.default_rng(seed)
+    ctx = Context()
+    all_pos: list[int] = []
+    all_val: list[float] = []
+    pos0 = 0
+    for _ in range(12):
+        n = int(rng.integers(0, 400))
+        pos = pos0 + np.sort(rng.choice(np.arange(1, 3 * n + 2), n, replace=False))
+        val = rng.normal(size=n)
+        val[rng.random(n) < 0.1] = np.nan
+        pts = Points("loss", pos * 10, val, pos.astype(float), pos.astype(np.int64))
+        fr = Frame(0, {"loss": "loss"}, {"loss": pts} if n else {}, (), pos * 10,
+                   pos.astype(float), pos, np.zeros(n, dtype=bool))
+        ctx.frame = fr
+        finite = ~np.isnan(val)
+        hist_pos = np.asarray(all_pos[-HISTORY:], dtype=np.int64)
+        hist_val = np.asarray(all_val[-HISTORY:])
+        # queries are for records of the frame (or the one just before it: "the loss before")
+        for q in [*rng.integers(pos0, pos0 + 3 * n + 5, 6).tolist(), pos0 - 1]:
+            keep = pos[finite] <= q
+            ref_pos = np.concatenate([hist_pos[hist_pos <= q], pos[finite][keep]])
+            ref_val = np.concatenate([hist_val[hist_pos <= q], val[finite][keep]])
+            for k in (1, 5, 300):
+                s, v = ctx.recent("loss", q, k)
+                assert v.tolist() == ref_val[-k:].tolist()
+                assert s.tolist() == (ref_pos[-k:] * 10).tolist()
+            before = len(all_pos) + int(np.count_nonzero(pos[finite] < q))
+            assert ctx.count_before("loss", q) == before
+        ctx.end_frame(fr)
+        ctx.frame = None
+        all_pos += pos[finite].tolist()
+        all_val += val[finite].tolist()
+        pos0 = int(pos[-1]) + 1 if n else pos0

@@ -3,11 +3,15 @@
 A reader turns bytes into a :class:`RecordBatch`: per-record arrays (step, time, segment) plus
 one :class:`SeriesChunk` per metric that appeared in the batch. Batches are frozen so they can
 cross from the ingest thread into the UI thread without copies or locks.
+
+:func:`join_batches` concatenates consecutive batches of one source: a consumer with a fixed cost
+per batch (the rule engine) then pays it once for a backlog read in many chunks.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import itertools
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -128,4 +132,97 @@ def empty_batch(source: str, first_record: int = 0, **kw: Any) -> RecordBatch:
         segments=EMPTY_I32,
         series={},
         **kw,
+    )
+
+
+def joinable(prev: RecordBatch, nxt: RecordBatch) -> bool:
+    """Whether ``nxt`` continues ``prev`` record for record: same source, rank and format, no
+    reset, and its first record right after ``prev``'s last."""
+    return (
+        not nxt.reset
+        and nxt.source == prev.source
+        and nxt.rank == prev.rank
+        and nxt.format == prev.format
+        and nxt.first_record == prev.first_record + prev.n_records
+    )
+
+
+def join_batches(batches: Iterable[RecordBatch], max_records: int | None = None
+                 ) -> list[RecordBatch]:
+    """Consecutive batches joined into as few as possible, in order.
+
+    A batch that does not continue the one before (see :func:`joinable`: a ``reset``, another
+    source, a gap in the records) starts a new group, and so does one that would take a group
+    past ``max_records`` records. A group of one batch is that batch itself.
+    """
+    return list(iter_joined(batches, max_records))
+
+
+def iter_joined(batches: Iterable[RecordBatch], max_records: int | None = None
+                ) -> Iterator[RecordBatch]:
+    """:func:`join_batches` one group at a time: a consumer holds one joined copy at once."""
+    group: list[RecordBatch] = []
+    n = 0
+    for b in batches:
+        if group and (not joinable(group[-1], b)
+                      or (max_records is not None and n + b.n_records > max_records)):
+            yield concat_batches(group)
+            group, n = [], 0
+        group.append(b)
+        n += b.n_records
+    if group:
+        yield concat_batches(group)
+
+
+def concat_batches(group: Sequence[RecordBatch]) -> RecordBatch:
+    """One batch holding ``group`` (batches that each continue the one before): records and
+    series concatenated, series rows and note rows shifted by the records before them; events,
+    notes, malformed lines and rewinds in order; ``reset`` and ``first_record`` of the first
+    batch, ``meta`` merged with later batches winning."""
+    if not group:
+        raise ValueError("concat_batches: no batches")
+    first = group[0]
+    if len(group) == 1:
+        return first
+    for prev, nxt in itertools.pairwise(group):
+        if not joinable(prev, nxt):
+            raise ValueError(
+                f"concat_batches: batch at record {nxt.first_record} of {nxt.source!r} does not "
+                f"continue the one at record {prev.first_record} of {prev.source!r}")
+    offsets = list(itertools.accumulate((b.n_records for b in group[:-1]), initial=0))
+    names: dict[str, None] = {}
+    for b in group:
+        names.update(dict.fromkeys(b.series))
+    series: dict[str, SeriesChunk] = {}
+    for name in names:
+        parts = [(off, b.series[name]) for off, b in zip(offsets, group) if name in b.series]
+        if len(parts) == 1 and parts[0][0] == 0:
+            series[name] = parts[0][1]
+            continue
+        series[name] = SeriesChunk(
+            rows=np.concatenate([ch.rows + np.int32(off) if off else ch.rows
+                                 for off, ch in parts]).astype(np.int32, copy=False),
+            steps=np.concatenate([ch.steps for _o, ch in parts]),
+            values=np.concatenate([ch.values for _o, ch in parts]),
+            times=np.concatenate([ch.times for _o, ch in parts]),
+            segments=np.concatenate([ch.segments for _o, ch in parts]),
+        )
+    meta: dict[str, Any] = {}
+    for b in group:
+        meta.update(b.meta)
+    return RecordBatch(
+        source=first.source,
+        first_record=first.first_record,
+        steps=np.concatenate([b.steps for b in group]),
+        times=np.concatenate([b.times for b in group]),
+        segments=np.concatenate([b.segments for b in group]),
+        series=series,
+        events=tuple(itertools.chain.from_iterable(b.events for b in group)),
+        notes=tuple((row + off, f) for off, b in zip(offsets, group) for row, f in b.notes),
+        malformed=tuple(itertools.chain.from_iterable(b.malformed for b in group)),
+        rewinds=tuple(itertools.chain.from_iterable(b.rewinds for b in group)),
+        rank=first.rank,
+        reset=first.reset,
+        format=first.format,
+        meta=meta,
     )
