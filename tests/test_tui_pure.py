@@ -603,3 +603,43 @@ def test_engines_take_what_the_engine_protocol_promises(engine_cls):
             (p.name, p.default) for p in got.values()
         ], f"{engine_cls}.{name}"
     assert inspect.signature(Engine.feed).parameters["now"].default is None
+
+
+@pytest.mark.parametrize("written_ago, stalls", [(0.0, False), (7200.0, True)])
+def test_a_backlog_is_judged_by_when_its_file_was_written(tmp_path, written_ago, stalls):
+    """The writer's clock runs an hour behind ours. A run whose file was written just now is
+    alive (judging by its records' timestamps raised a stall the moment it was opened); one
+    whose file was last written two hours ago, with no run_end, has stalled."""
+    import os
+    import time
+
+    from trainwatch.rules import RuleEngine, load_rules_config
+    from trainwatch.tui import messages as msg
+    from trainwatch.tui.ingest import IngestService
+
+    run = tmp_path / "run"
+    run.mkdir()
+    t0 = time.time() - 3600 - 60  # the writer's clock: an hour behind
+    rows = [{"event": "run_start", "step": 0, "time": t0}]
+    rows += [{"step": i, "time": t0 + 0.5 * i, "loss": 1.0 / i} for i in range(1, 121)]
+    metrics = run / "metrics.jsonl"
+    metrics.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    mtime = time.time() - written_ago
+    os.utime(metrics, (mtime, mtime))
+    spec = RunSpec("run", run, (metrics,), None)
+    posted: list = []
+    svc = IngestService(posted.append, lambda: RuleEngine(load_rules_config(), live=True),
+                        poll_interval=0.05)
+    svc.add_run(spec, preview=False)
+    svc.start()
+    try:
+        _wait(lambda: any(isinstance(p, msg.HistoryLoaded) for p in posted))
+        svc.tick(time.time() + 1)
+    finally:
+        svc.stop()
+    raised = [a for p in posted if isinstance(p, msg.AlertsRaised) for a in p.alerts]
+    raised += [a for p in posted if isinstance(p, msg.BatchArrived) for a in p.alerts]
+    got = [a for a in raised if a.rule == "stalled_stream"]
+    assert bool(got) == stalls, got
+    if stalls:
+        assert got[0].evidence["silence_s"] == pytest.approx(written_ago, abs=30)

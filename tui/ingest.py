@@ -243,8 +243,9 @@ class IngestService:
             return
         run, role, rank = route
         # a stall is a silence in *arrivals*: live records carry when they arrived (the writer's
-        # clock may be skewed, or its timestamps old); the backlog has no meaningful arrival
-        now = self._clock() if run.loaded else None
+        # clock may be skewed, or its timestamps old); the backlog arrived when the file was
+        # last written, which its mtime tells on this machine's clock
+        now = self._clock() if run.loaded else self._written_at(path)
         with run.lock:
             if role == "main":
                 alerts = self._guard(run, lambda e: e.feed(batch, now))
@@ -254,6 +255,18 @@ class IngestService:
         self._post(BatchArrived(run.spec.run_id, path, batch, tuple(alerts), role == "main",
                                 not run.loaded))
         self._check_loaded(run)
+
+    def _written_at(self, path: str) -> float | None:
+        """When the file was last written, on the app's clock (which tests may fake): its
+        mtime's age in real time, counted back from the app's now; None if it cannot be read.
+
+        Judging a backlog by its records' own timestamps raised a stall at startup for a live
+        run whose writer's clock runs behind ours; its mtime is recent, an abandoned run's old."""
+        try:
+            age = time.time() - os.stat(path).st_mtime
+        except OSError:
+            return None
+        return self._clock() - max(0.0, age)
 
     def _on_text(self, path: str, lines: list[str], first_line: int) -> None:
         route = self._routes.get(path)
