@@ -74,6 +74,19 @@ def coerce_step(v: Any) -> int | None:
     return None
 
 
+def _read_only(*arrays: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The arrays, made read-only: a batch is shared between threads and its series share these."""
+    for a in arrays:
+        a.flags.writeable = False
+    return arrays
+
+
+def _finite_or_nan(col: np.ndarray) -> np.ndarray:
+    """``col`` with +-inf as NaN (a reserved key's "absent")."""
+    inf = np.isinf(col)
+    return np.where(inf, np.nan, col) if inf.any() else col
+
+
 def coerce_time(v: Any) -> float | None:
     t = type(v)
     if (t is float or t is int) and math.isfinite(v):
@@ -135,8 +148,9 @@ class BatchBuilder:
         self._notes: list[tuple[int, dict[str, Any]]] = []
         self.malformed: list[Malformed] = []
         self._next_pos = 0
-        self.seen_keys: set[str] = set()
-        """Plain numeric top-level keys seen by the generic path (the fast path learns from it)."""
+        self.seen_keys: dict[str, None] = {}
+        """Plain numeric top-level keys seen by the generic path, in the order first seen (the
+        fast path learns from it)."""
 
     # ------------------------------------------------------------------ adding
     def add_malformed(self, line: int, reason: str) -> None:
@@ -187,7 +201,7 @@ class BatchBuilder:
             if col is None:
                 col = cols[k] = ([], [])
                 if type(v) in (int, float) and "/" not in k:
-                    self.seen_keys.add(k)
+                    self.seen_keys[k] = None
             col[0].append(gi)
             col[1].append(x)
         if notes:
@@ -199,12 +213,16 @@ class BatchBuilder:
         pos: np.ndarray,
         lines: np.ndarray,
         columns: Mapping[str, np.ndarray],
+        present: Mapping[str, np.ndarray] | None = None,
     ) -> None:
         """Add a block of plain metric records decoded column-wise.
 
-        ``columns`` maps key -> float64 array aligned with ``pos``; NaN means the key was absent
-        (the fast path never sees NaN values: lines with NaN tokens take the generic path).
-        ``step`` and ``time`` columns, if present, are the reserved keys.
+        ``columns`` maps key -> float64 array aligned with ``pos``; NaN means the key was absent,
+        except in a column that ``present`` gives a mask for (where the key was in the record):
+        there a NaN inside the mask is a real NaN value (a bare ``NaN`` token).
+        ``step`` and ``time`` columns, if present, are the reserved keys; a non-finite one counts
+        as absent and a fractional step is truncated, as in :func:`coerce_step` and
+        :func:`coerce_time`.
         """
         n = int(pos.shape[0])
         if not n:
@@ -212,19 +230,21 @@ class BatchBuilder:
         nan = np.full(n, np.nan)
         self._pos.append(pos.astype(np.int64, copy=False))
         self._line.append(lines.astype(np.int64, copy=False))
-        self._step.append(np.floor(columns["step"]) if "step" in columns else nan)
-        self._time.append(columns.get("time", nan))
+        self._step.append(_finite_or_nan(np.trunc(columns["step"])) if "step" in columns else nan)
+        self._time.append(_finite_or_nan(columns["time"]) if "time" in columns else nan)
         self._is_event.append(np.zeros(n, dtype=bool))
         offset = self._n_records
         block: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         for k, col in columns.items():
             if k in RESERVED:
                 continue
-            present = ~np.isnan(col)
-            if present.all():
+            mask = present.get(k) if present else None
+            if mask is None:
+                mask = ~np.isnan(col)
+            if mask.all():
                 block[k] = (np.arange(offset, offset + n), col)
-            elif present.any():
-                idx = np.flatnonzero(present)
+            elif mask.any():
+                idx = np.flatnonzero(mask)
                 block[k] = (idx + offset, col[idx])
         self._blocks.append((offset, block))
         self._n_records += n
@@ -296,6 +316,9 @@ class BatchBuilder:
             st.last_step = int(ms[-1])
             st.segment = int(segments[-1]) if n else st.segment
 
+        steps_i, times, segments = _read_only(steps_i, times, segments)
+        every: np.ndarray | None = None  # the rows of a metric on every record: 0..n-1
+
         def remap(rows: np.ndarray) -> np.ndarray:
             return rows if rank_of is None else rank_of[rows]
 
@@ -319,6 +342,16 @@ class BatchBuilder:
             if rows.shape[0] > 1 and not np.all(rows[1:] > rows[:-1]):
                 o = np.argsort(rows, kind="stable")
                 rows, vals = rows[o], vals[o]
+            if n and rows.shape[0] == n and rows[0] == 0 and rows[-1] == n - 1:
+                # n distinct sorted rows in [0, n): the metric is on every record (the common
+                # case), so its steps, times and segments are the batch's own, shared read-only
+                # instead of gathered into one copy per series.
+                if every is None:
+                    (every,) = _read_only(np.arange(n, dtype=np.int32))
+                series[k] = SeriesChunk(
+                    rows=every, steps=steps_i, values=vals, times=times, segments=segments
+                )
+                continue
             rows32 = rows.astype(np.int32)
             series[k] = SeriesChunk(
                 rows=rows32,

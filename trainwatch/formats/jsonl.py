@@ -1,19 +1,19 @@
 """JSON Lines parsing: the format trainwatch writes and any script can write.
 
-Speed matters here (a 1 M-line file must load in seconds), so the common case takes a fast path:
-the chunk's lines are decoded in one msgspec call into a Struct whose fields are the metric
-keys learned from earlier lines, then turned into columns without building dicts. Anything the
-fast path rejects (a new key, an event, a nested object, NaN tokens, a bad line) is decoded line
-by line by the generic path, which applies every rule of docs/format.md.
+Speed matters here (a 1 M-line file must load in seconds), so the common case takes the fast
+path of :mod:`trainwatch.formats._jsonl_fast`: the chunk's lines are decoded by msgspec into a
+Struct whose fields are the metric keys learned from earlier lines, then turned into columns
+without building dicts. Lines with Python's bare NaN/Infinity tokens take it too, with the tokens
+swapped for sentinels. Anything the fast path rejects (a new key, an event, a nested object, a
+bad line) is decoded line by line by the generic path, which applies every rule of
+docs/format.md.
 """
 
 from __future__ import annotations
 
 import json
 import time as _time
-from collections.abc import Callable
-from itertools import chain
-from operator import attrgetter
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import msgspec
@@ -28,31 +28,9 @@ from trainwatch.formats._decode import (
     decode_or_report,
     too_long,
 )
+from trainwatch.formats._jsonl_fast import FastSchema
 
 MAX_FAST_FIELDS = 256
-class _FastSchema:
-    """A msgspec Struct with one float field per known metric key; unknown keys are rejected."""
-
-    def __init__(self, keys: list[str]) -> None:
-        self.keys = keys
-        fields = [(f"f{i}", float, float("nan")) for i in range(len(keys))]
-        rename = {f"f{i}": k for i, k in enumerate(keys)}
-        struct = msgspec.defstruct(
-            "FastRecord", fields, rename=rename, forbid_unknown_fields=True, gc=False
-        )
-        self.many = msgspec.json.Decoder(list[struct])
-        self.one = msgspec.json.Decoder(struct)
-        self._row = attrgetter(*[f"f{i}" for i in range(len(keys))])
-
-    def columns(self, objs: list[Any]) -> dict[str, np.ndarray]:
-        """Struct rows -> one float64 column per key, without an intermediate list of tuples."""
-        n, k = len(objs), len(self.keys)
-        if not n:
-            return {}
-        rows = map(self._row, objs)
-        flat = chain.from_iterable(rows) if k > 1 else rows
-        table = np.fromiter(flat, dtype=np.float64, count=n * k).reshape(n, k)
-        return {key: table[:, i] for i, key in enumerate(self.keys)}
 
 
 class JsonlParser:
@@ -72,7 +50,10 @@ class JsonlParser:
         self.clock = clock
         self.state = StreamState(rank=rank)
         self._keys: list[str] = []
-        self._schema: _FastSchema | None = None
+        """The fast path's keys in column order."""
+        self._fields: list[str] = []
+        """The same keys in the order records hold them (the Struct's field order)."""
+        self._schema: FastSchema | None = None
 
     def reset(self) -> None:
         """The file was truncated or replaced: parse from the top again."""
@@ -83,22 +64,40 @@ class JsonlParser:
 
         ``first_line`` is the 1-based line number of the first line in ``data``.
         """
+        return self.parse_buffer(data, first_line, reset=reset)[0]
+
+    def parse_buffer(
+        self, data: Any, first_line: int = 1, *, reset: bool = False
+    ) -> tuple[RecordBatch, int]:
+        """:meth:`parse` for any bytes-like ``data``, also returning how many lines it held.
+
+        ``data`` is only read during the call and nothing returned refers to it, so a caller may
+        refill the same buffer for the next chunk (``read_file`` does). A final line without a
+        newline counts as a line.
+        """
         if reset:
             self.reset()
         builder = BatchBuilder(self.source, self.state, self.format, self.clock)
         if self._schema is None:
-            self._learn_from_head(data[: 1 << 16].split(b"\n"))
-        self._parse_span(data, first_line, builder)
+            self._learn_from_head(bytes(data[: 1 << 16]).split(b"\n"))
+        n_lines = self._parse_span(data, first_line, builder)
         self._learn(builder.seen_keys)
-        return builder.build(reset=reset)
+        return builder.build(reset=reset), n_lines
 
-    def _parse_span(self, data: bytes, first_line: int, builder: BatchBuilder) -> None:
-        """Whole lines -> records. Record positions are line numbers, so paths can interleave."""
-        if not data or self._fast_block(data, first_line, builder):
-            return
-        if self._schema is not None and (b"NaN" in data or b"Infinity" in data):
-            # Python's json.dumps writes bare NaN/Infinity, which the fast decoder rejects. Find
-            # just those lines (bytes.find, no per-line loop) and keep the clean spans fast.
+    def _parse_span(self, data: Any, first_line: int, builder: BatchBuilder) -> int:
+        """Whole lines -> records; returns the number of lines. Record positions are line
+        numbers, so paths can interleave."""
+        if not len(data):
+            return 0
+        n_lines = self._fast_block(data, first_line, builder)
+        if n_lines is not None:
+            return n_lines
+        data = bytes(data)  # the slower paths below use bytes' methods
+        n_lines = data.count(b"\n") + (not data.endswith(b"\n"))
+        schema = self._schema
+        if schema is not None and (b"NaN" in data or b"Infinity" in data):
+            # Python's json.dumps writes bare NaN/Infinity, and not every line is a plain record:
+            # find just the token lines (bytes.find, no per-line loop), keep the clean spans fast.
             token_lines: list[tuple[int, bytes]] = []
             clean: list[tuple[int, bytes]] = []  # (first line number, whole lines)
             prev, line_at = 0, first_line
@@ -117,16 +116,19 @@ class JsonlParser:
                 [np.arange(a, a + sp.count(b"\n") + (not sp.endswith(b"\n"))) for a, sp in clean]
             ) if clean else None
             joined = b"".join(sp if sp.endswith(b"\n") else sp + b"\n" for _, sp in clean)
-            if clean and not self._fast_block(joined, first_line, builder, numbers):
+            if clean and self._fast_block(joined, first_line, builder, numbers) is None:
                 for a, sp in clean:
                     self._careful(sp, a, builder)
             self._token_lines(token_lines, builder)
-            return
-        self._careful(data, first_line, builder)
+            return n_lines
+        self._careful(data, first_line, builder, try_fast=False)  # it just failed above
+        return n_lines
 
-    def _careful(self, data: bytes, first_line: int, builder: BatchBuilder) -> None:
+    def _careful(
+        self, data: bytes, first_line: int, builder: BatchBuilder, *, try_fast: bool = True
+    ) -> None:
         """Line by line: empty lines skipped, long lines reported, the rest fast where possible."""
-        if self._fast_block(data, first_line, builder):
+        if try_fast and self._fast_block(data, first_line, builder) is not None:
             return
         if b"\r" in data:  # CRLF line ends (Windows writers, Keras' CSVLogger)
             data = data.replace(b"\r\n", b"\n").rstrip(b"\r")
@@ -169,42 +171,28 @@ class JsonlParser:
     # ------------------------------------------------------------------ paths
     def _fast_block(
         self,
-        data: bytes,
+        data: Any,
         first_line: int,
         builder: BatchBuilder,
         numbers: np.ndarray | None = None,
-    ) -> bool:
+    ) -> int | None:
         """The common case: every line is a plain record of known keys. One decode, no split.
 
-        Returns False (having added nothing) when any line needs the careful path: a NaN token, an
-        event, a new key, an empty or CRLF line, a malformed line. A line the Struct accepts cannot
-        be anywhere near MAX_LINE_BYTES, so the length limit needs no check here.
+        Returns the number of lines, or None (having added nothing) when any line needs the
+        careful path: an event, a new key, an empty line, a malformed line. A line the Struct
+        accepts cannot be anywhere near MAX_LINE_BYTES, so the length limit needs no check here.
+        ``numbers`` are the lines' own numbers when they are not consecutive from ``first_line``.
         """
         schema = self._schema
         if schema is None:
-            return False
-        # One copy: newlines become commas inside a bytearray framed as a JSON array. The decode
-        # is the validator: an empty line (",,"), a leading blank line or a bad line fails it;
-        # "\r" before "\n" is JSON whitespace, so CRLF files stay on the fast path.
-        if not data:
-            return False
-        buf = bytearray(b"[")
-        buf += data.replace(b"\n", b",")
-        if buf[-1] == 0x2C:  # the final newline's comma closes the array instead
-            buf[-1] = 0x5D
-        else:
-            buf.append(0x5D)
-        try:
-            objs = schema.many.decode(buf)
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            return False
-        n = len(objs)
-        # two objects on one line ("{...},{...}") decode too, but are not JSON Lines
-        if n != data.count(b"\n") + (0 if data.endswith(b"\n") else 1):
-            return False
+            return None
+        block = schema.decode(data)
+        if block is None:
+            return None
+        n = block.lines
         lines = np.arange(first_line, first_line + n, dtype=np.int64) if numbers is None else numbers
-        builder.add_columns(lines, lines, schema.columns(objs))
-        return True
+        builder.add_columns(lines, lines, block.columns, block.present)
+        return n
 
     def _parse_fast(
         self, lines: list[bytes], idx: list[int], first_line: int, builder: BatchBuilder
@@ -242,7 +230,7 @@ class JsonlParser:
 
     def _learn_from_head(self, lines: list[bytes], probe: int = 16) -> None:
         """Learn the fast path's first schema from the first few plain records of the stream."""
-        seen: set[str] = set()
+        seen: dict[str, None] = {}  # in the records' own key order: see _learn
         for ln in lines[:probe]:
             try:
                 rec = decode_json(ln)
@@ -250,23 +238,29 @@ class JsonlParser:
                 continue
             if type(rec) is dict and "event" not in rec:
                 seen.update(
-                    k for k, v in rec.items()
-                    if type(v) in (int, float) and k not in ("step", "time", "rank")
+                    (k, None) for k, v in rec.items()
+                    if type(v) in (int, float) and k != "rank"
                 )
         if seen:
             self._learn(seen)
 
-    def _learn(self, seen: set[str]) -> None:
-        """Grow the fast path's schema with plain numeric keys the generic path saw."""
+    def _learn(self, seen: Iterable[str]) -> None:
+        """Grow the fast path's schema with plain numeric keys the generic path saw.
+
+        The Struct's fields keep the order the keys came in (``seen`` is ordered), which msgspec
+        decodes fastest; the columns keep the order they always had (step, time, then each
+        learning's new keys sorted), which is the order of a batch's series.
+        """
+        ok = [k for k in dict.fromkeys(seen) if k != "rank" and _fast_key_ok(k)]
         # step and time are always fields: a record without them just leaves them NaN
-        new = [
-            k for k in ["step", "time", *sorted(seen)]
-            if k not in self._keys and _fast_key_ok(k)
-        ]
+        metrics = sorted(k for k in ok if k not in ("step", "time"))
+        new = [k for k in ["step", "time", *metrics] if k not in self._keys]
         if not new or len(self._keys) + len(new) > MAX_FAST_FIELDS:
             return
+        fresh = set(new)
+        self._fields = self._fields + [k for k in dict.fromkeys([*ok, "step", "time"]) if k in fresh]
         self._keys = self._keys + new
-        self._schema = _FastSchema(self._keys)
+        self._schema = FastSchema(self._fields, order=self._keys)
 
 
 def _fast_key_ok(key: str) -> bool:

@@ -1,7 +1,9 @@
 """Read a whole closed file with the right reader (for ``trainwatch inspect`` / ``check``).
 
 Line readers get chunks of whole lines (4 MiB by default) with the number of each chunk's first
-line, and the final line even without its newline (the file is finished). A snapshot file is
+line, and the final line even without its newline (the file is finished). The file is read into
+one reusable buffer; a reader with ``parse_buffer`` (JSONL) parses each chunk in place there and
+says how many lines it held, the others get a copy of the chunk as ``bytes``. A snapshot file is
 parsed once; a file that is not valid at all is an error here (there is no "retry later").
 An event file is fed in chunks, and a truncated final frame is reported as malformed.
 
@@ -12,6 +14,7 @@ for the CLI to turn into one-line errors; an unknown format raises ``ValueError`
 from __future__ import annotations
 
 from pathlib import Path
+from typing import BinaryIO
 
 from trainwatch.batch import RecordBatch
 from trainwatch.formats.base import Reader
@@ -50,20 +53,46 @@ def read_with(reader: Reader, path: Path, *, chunk_bytes: int = CHUNK_BYTES) -> 
                 out.append(finish())
             # an event file is mostly frames without scalars: keep the batches that carry something
             return [b for b in out if not b.is_empty() or b.meta] or out[:1]
-        line = 1
-        tail = b""
-        while True:
-            chunk = f.read(chunk_bytes)
-            if not chunk:
-                break
-            data = tail + chunk
-            cut = data.rfind(b"\n") + 1
-            if cut == 0:  # no newline yet: a line longer than the chunk, keep reading
-                tail = data
-                continue
-            whole, tail = data[:cut], data[cut:]
-            out.append(reader.parse(whole, line))  # type: ignore[union-attr]
-            line += whole.count(b"\n")
-        if tail:
-            out.append(reader.parse(tail, line))  # type: ignore[union-attr]
+        return _read_lines(reader, f, chunk_bytes)
+
+
+def _read_lines(reader: Reader, f: BinaryIO, chunk_bytes: int) -> list[RecordBatch]:
+    """Batches of whole lines, read into one buffer that is refilled, never copied whole.
+
+    The unfinished line at the end of a read moves to the buffer's front and the next read lands
+    behind it; a line longer than the buffer doubles it.
+    """
+    parse_buffer = getattr(reader, "parse_buffer", None)
+
+    def parse(chunk: memoryview, line: int) -> tuple[RecordBatch, int]:
+        if parse_buffer is not None:
+            return parse_buffer(chunk, line)  # type: ignore[no-any-return]
+        whole = bytes(chunk)
+        return reader.parse(whole, line), whole.count(b"\n")  # type: ignore[union-attr]
+
+    out: list[RecordBatch] = []
+    buf = bytearray(max(chunk_bytes, 1))
+    view = memoryview(buf)
+    held = 0  # bytes of an unfinished line at the front of buf
+    line = 1
+    while True:
+        if held == len(buf):  # one line fills the buffer: make room for the rest of it
+            bigger = bytearray(2 * len(buf))
+            bigger[:held] = view
+            buf, view = bigger, memoryview(bigger)
+        got = f.readinto(view[held:])
+        if not got:
+            break
+        end = held + got
+        cut = buf.rfind(b"\n", held, end) + 1  # the held bytes have no newline
+        if not cut:
+            held = end
+            continue
+        batch, n_lines = parse(view[:cut], line)
+        out.append(batch)
+        line += n_lines
+        held = end - cut
+        view[:held] = view[cut:end]
+    if held:  # the final line, without its newline
+        out.append(parse(view[:held], line)[0])
     return out
