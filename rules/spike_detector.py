@@ -10,8 +10,13 @@ Definition, point by point (finite values only):
   largest relative deviation (either side: while the loss falls fast its points sit below the
   median and would hide the noise) among the last ``tail_window`` accepted points (heavy-tailed
   noise raises the bar by itself; on Gaussian noise the guard stays near the z bar), and its robust z
-  ``(x - median) / (1.4826 MAD)`` is at least ``z_threshold``. Optionally (grad norm) a value at
-  least ``early_max_ratio`` times the early maximum is anomalous on its own.
+  ``(x - median) / (1.4826 MAD)`` is at least ``z_threshold``, and it is a *jump*: its excess over
+  the recent level (the median of the last ``RECENT_POINTS`` accepted points) is at least
+  ``JUMP_SHARE`` of its excess over the window median. The window median lags a smooth ramp by
+  half a window (a grad norm growing with the LR during warm-up on a healthy run); against the
+  recent level the ramp's next point is no jump, while a spike or a step up jumps from both.
+  Optionally (grad norm) a value at least ``early_max_ratio`` times the early maximum is anomalous
+  on its own.
 * ``rebase_points`` anomalous points in a row make the new level the normal one (the baseline
   restarts).
 
@@ -19,14 +24,17 @@ Cost: O(1) amortised per point. Between anomalies the stream is processed in vec
 that assume every point is accepted; the first anomalous point ends the pass, the run of anomalous
 points after it is handled against the (then fixed) baseline in one step, and the next pass
 starts after it. Rolling medians are taken only at refresh boundaries, from sorted windows
-(``np.sort`` on short rows), and a MAD only for the rare windows that have a candidate point.
-The same class run with ``vectorized=False`` is the point-by-point reference the tests compare
+(``np.sort`` on short rows); between two boundaries only the largest and smallest point are
+looked at unless one reaches the bar, and a MAD and a recent level are taken only for the rare
+windows and points that are candidates. With no tail guard (``step_time_outlier``) its
+bookkeeping is skipped. The same class run with ``vectorized=False`` is the point-by-point reference the tests compare
 against.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,13 +46,23 @@ from trainwatch.rules.stats import (
     mad_sorted,
     median_sorted,
     sliding_max,
+    small_median,
     strided_windows,
+    windows,
 )
 
 _MAX_SPAN = 4096
 _POINTWISE = 8
 """Up to this many points, an update goes point by point (no fixed cost of a pass)."""
 _NO_INDEX = np.empty(0, dtype=np.int64)
+RECENT_POINTS = 8
+"""Accepted points whose median is the recent level a spike must jump from (min_points >= 8, so a
+warm baseline always has them)."""
+JUMP_SHARE = 0.5
+"""A spike's excess over the recent level, as a share of its excess over the window median, must
+be at least this: a ramp that has already carried the recent level more than halfway from the
+window median to the point is no spike (an exponential ramp counts as a jump when it doubles in
+fewer than ~4.5 points, the recent median's lag)."""
 
 
 @dataclass(frozen=True)
@@ -72,6 +90,8 @@ class SpikeDetector:
         self.K = cfg.refresh
         self.Lb = max(1, math.ceil(cfg.tail_window / cfg.refresh))
         self.r1 = cfg.min_ratio - 1.0
+        self.track_tail = cfg.tail_guard > 0
+        """Whether the tail guard's bar can matter (without it, its bookkeeping is skipped)."""
         self.episode = Episode(cfg.rearm_points, cfg.cooldown_steps, cfg.persist_points)
         self.early_n = 0
         self.early_max = -math.inf
@@ -123,6 +143,18 @@ class SpikeDetector:
             return math.inf
         return self.cfg.early_max_ratio * self.early_max
 
+    def _recent(self) -> float:
+        """The recent level: median of the last ``RECENT_POINTS`` accepted points."""
+        tail = self._tail[-RECENT_POINTS:]
+        need = RECENT_POINTS - len(tail)
+        if need > 0 and self.ring.shape[0]:
+            tail = self.ring[-need:].tolist() + tail
+        return small_median(tail) if tail else self.med
+
+    def _jumps(self, x: float | np.ndarray, recent: float | np.ndarray,
+               med: float | np.ndarray) -> bool | np.ndarray:
+        return x - recent >= JUMP_SHARE * (x - med)
+
     # ------------------------------------------------------------------ feeding
     def update(self, values: np.ndarray, steps: np.ndarray) -> tuple[list[SpikeEvent], np.ndarray]:
         """Feed finite values in order; returns the alerts' points and the anomalous indices."""
@@ -159,7 +191,7 @@ class SpikeDetector:
             e = (x - self.med) / den
             if e >= self.r1 and e >= cfg.tail_guard * self.emax:
                 z = (x - self.med) / self._scale(self.med, self.mad)
-                anomalous = z >= cfg.z_threshold
+                anomalous = z >= cfg.z_threshold and bool(self._jumps(x, self._recent(), self.med))
         severe = x >= self._early_thr()
         if cfg.early_max_fires and severe:
             anomalous = True
@@ -224,19 +256,119 @@ class SpikeDetector:
             cand = (e >= self.r1) & (e >= cfg.tail_guard * self.emax)
             if cand.any():
                 anom = cand & ((x - self.med) / self._scale(self.med, self.mad) >= cfg.z_threshold)
+                # no point of the run is accepted: the recent level is fixed too
+                anom &= self._jumps(x, self._recent(), self.med)
         if cfg.early_max_fires:
             anom |= severe
         return anom, severe
+
+    def _anomalous_run(self, x: np.ndarray) -> tuple[int, np.ndarray]:
+        """The run of anomalous points that starts at ``x[0]``, against the current baseline:
+        its length (at least 1: ``x[0]`` is anomalous by construction; never stall on a rounding
+        doubt) and severe mask. The first few points are looked at first: a run is usually a
+        point or a few, while ``x`` may be the thousands of points left in a pass."""
+        n = int(x.shape[0])
+        lo, severe = 0, []
+        r = n
+        for hi in (min(n, 16), n):
+            if hi <= lo:
+                break
+            anom, sev = self._anomalous_fixed(x[lo:hi])
+            severe.append(sev)
+            if not anom.all():
+                r = lo + int(anom.argmin())
+                break
+            lo = hi
+        r = max(r, 1)
+        sv = severe[0] if len(severe) == 1 else np.concatenate(severe)
+        return r, sv[:r]
+
+    @staticmethod
+    def _dev(x: np.ndarray, lo: int, hi: int, row: int, med_r: np.ndarray, den: np.ndarray,
+             dev: np.ndarray, n_bad: int) -> float:
+        """Largest relative deviation (either side) of ``x[lo:hi]``, all in ``row``: the row's
+        own when the span reaches its end (``hi`` is then the end of ``x``), else from the span's
+        extremes (0 for a row without a warm baseline, or an empty span)."""
+        if hi <= lo or row < n_bad:
+            return 0.0
+        if hi == x.shape[0]:
+            return float(dev[row])
+        seg = x[lo:hi]
+        med, d = float(med_r[row]), float(den[row])
+        return max((float(seg.max()) - med) / d, (med - float(seg.min())) / d)
+
+    def _first_spike(self, x: np.ndarray, A: np.ndarray, R: int, off: int, pad: int,
+                     med_r: np.ndarray, den: np.ndarray, thr: np.ndarray, meds: np.ndarray,
+                     win: Callable[[int], np.ndarray]) -> int:
+        """Index of the first anomalous point of a pass (``len(x)`` if none), given the rows'
+        medians and bars: the points' deviations laid out as rows of ``refresh`` slots, so each
+        row's median and bar broadcast over it instead of being gathered per point. The slots
+        before the first point and after the last hold the row's median (a deviation of exactly
+        0: candidates there are dropped)."""
+        K = self.K
+        m = int(x.shape[0])
+        n_rows = int(med_r.shape[0])
+        P = np.empty((n_rows, K))
+        flat = P.reshape(-1)
+        flat[:pad] = med_r[0]
+        flat[pad:pad + m] = x
+        flat[pad + m:] = med_r[-1]
+        P -= med_r[:, None]
+        P /= den[:, None]  # rows without a warm baseline have an infinite bar: no candidates
+        ci = (P >= thr[:, None]).reshape(-1).nonzero()[0] - pad
+        ci = ci[(ci >= 0) & (ci < m)]
+        if not ci.shape[0]:
+            return m
+        ri = (ci + pad) // K
+        # the first candidate row on its own first: the first spike is usually there, and the
+        # later rows' MADs and the recent levels of their candidates are then never needed
+        split = int(np.searchsorted(ri, ri[0], side="right"))
+        for lo, hi in ((0, split), (split, ci.shape[0])):
+            if lo < hi:
+                j = self._first_hit(x, A, R, ci[lo:hi], ri[lo:hi], med_r, meds, win)
+                if j >= 0:
+                    return j
+        return m
+
+    def _first_hit(self, x: np.ndarray, A: np.ndarray, R: int, ci: np.ndarray, ri: np.ndarray,
+                   med_r: np.ndarray, meds: np.ndarray, win: Callable[[int], np.ndarray]) -> int:
+        """The first of the candidates ``ci`` (in rows ``ri``) that passes the robust z and the
+        jump test; -1 if none does."""
+        scale = {}
+        for r in sorted(set(ri.tolist())):
+            if r == 0:
+                scale[0] = self._scale(self.med, self.mad)
+            else:
+                scale[r] = self._scale(float(meds[r - 1]), mad_sorted(win(r - 1), meds[r - 1]))
+        if len(scale) == 1:
+            sc: float | np.ndarray = next(iter(scale.values()))
+        else:
+            sc = np.array([scale[r] for r in ri.tolist()])
+        z = (x[ci] - med_r[ri]) / sc
+        pz = (z >= self.cfg.z_threshold).nonzero()[0]
+        if not pz.shape[0]:
+            return -1
+        # every point before x[j] taken as accepted: its recent level is the median of the
+        # RECENT_POINTS values before it in A
+        cj = ci[pz]
+        at = R + cj - RECENT_POINTS
+        if int(at[0]) >= 0:
+            recent = median_sorted(np.sort(windows(A, RECENT_POINTS)[at], axis=1))
+        else:  # fewer accepted points than that (cannot happen with a warm baseline)
+            recent = np.array([small_median(A[max(0, a):a + RECENT_POINTS].tolist())
+                               for a in at.tolist()])
+        hit = self._jumps(x[cj], recent, med_r[ri[pz]]).nonzero()[0]
+        return int(cj[hit[0]]) if hit.shape[0] else -1
 
     def _vpass(self, x: np.ndarray, steps: np.ndarray, base: int, events: list[SpikeEvent],
                flagged: list[np.ndarray]) -> int:
         """One optimistic pass (see the module doc). Returns the number of points consumed.
 
-        The points are laid out as rows of ``refresh`` slots, one row per baseline they are
-        tested against (row 0: the current one; row r: the one refreshed at the r-th boundary),
-        so each row's median and tail bar broadcast over it instead of being gathered per point.
-        The slots before the first point and after the last hold the row's median (a relative
-        deviation of exactly 0: they change no maximum, and candidates there are dropped).
+        The points fall into rows, one per baseline they are tested against (row 0: the current
+        one; row r: the one refreshed at the r-th boundary). A row's largest and smallest point
+        give its largest deviations, which is all the tail guard keeps and all it takes to know
+        that no point of the row reaches the bar (the common case); only then are the points'
+        own deviations computed (:meth:`_first_spike`).
         """
         cfg, K, W = self.cfg, self.K, self.W
         self._fold()
@@ -260,7 +392,8 @@ class SpikeDetector:
         partial = [np.sort(A[: R + off + K * g]) if g >= g_ok else _EMPTY for g in range(g0)]
         rows = _EMPTY_ROWS
         if g0 < nb_all:
-            rows = np.sort(strided_windows(A, W, R + off + K * g0 - W, K, nb_all - g0), axis=1)
+            rows = strided_windows(A, W, R + off + K * g0 - W, K, nb_all - g0).copy()
+            rows.sort(axis=1)  # (np.sort's own copy of the overlapping view is slower)
         if g0 == 0 and g_ok == 0 and nb_all:  # warm (the common case)
             meds = rows[:, (W - 1) // 2] + rows[:, W // 2]
             meds *= 0.5  # = median_sorted(rows)
@@ -279,23 +412,30 @@ class SpikeDetector:
         med_r = np.concatenate(((self.med if self.ok else np.nan,), meds[: n_rows - 1]))
         n_bad = 0 if self.ok else min(n_rows, g_ok + 1)
         """Leading rows without a warm baseline (their deviations count as 0)."""
-        P = np.empty((n_rows, K))
-        flat = P.reshape(-1)
-        flat[:pad] = med_r[0]
-        flat[pad:pad + m] = x
-        flat[pad + m:] = med_r[-1]
         den = np.abs(med_r)
         den[den == 0] = 1.0
-        e = (P - med_r[:, None]) / den[:, None]
+        # Each row's largest deviation each way, from its largest and smallest point: x -> (x -
+        # median) / den is monotone, so these equal the maxima of the points' own deviations,
+        # which are only computed (below) when some row reaches the bar.
+        rs = np.arange(off - K, m, K)
+        rs[0] = 0  # row r holds x[off + (r-1) K : off + r K] (row 0: the points before `off`)
+        up = np.maximum.reduceat(x, rs)
+        up -= med_r
+        up /= den
+        track = self.track_tail
+        if track:
+            dev = np.minimum.reduceat(x, rs)
+            np.subtract(med_r, dev, out=dev)
+            dev /= den
+            np.maximum(dev, up, out=dev)  # the tail guard learns both tails (a falling loss
+            # hides the upper)
+            if n_bad:
+                dev[:n_bad] = 0.0
+            bm = dev[:nb_all]
+            if nb_all:
+                bm[0] = max(self.blk_e, float(bm[0]))
         if n_bad:
-            e[:n_bad] = 0.0
-        e_pos = np.abs(e)  # the tail guard learns both tails (a falling loss hides the upper)
-        e_flat = e_pos.reshape(-1)
-        if nb_all:
-            bm = e_pos[:nb_all].max(axis=1)
-            bm[0] = max(self.blk_e, float(bm[0]))
-        else:
-            bm = _EMPTY
+            up[:n_bad] = -math.inf
         # early maximum: fixed once the first early_points accepted points are in
         need = max(0, cfg.early_points - self.early_n)
         head_max = float(x[:need].max()) if need and m else -math.inf
@@ -304,31 +444,19 @@ class SpikeDetector:
         E = None
         # every bar is at least r1: below it nowhere (the common case), no point is a candidate
         # and the tail bars of the rows need not be known
-        if float(e.max()) >= self.r1:
-            E = sliding_max(self.e_hist, bm, self.Lb) if nb_all else _EMPTY
-            thr = np.empty(n_rows)
-            thr[0] = self.emax
-            thr[1:] = E[: n_rows - 1]
-            thr = np.maximum(self.r1, cfg.tail_guard * thr)
+        if float(np.maximum.reduce(up)) >= self.r1:
+            if track:
+                E = sliding_max(self.e_hist, bm, self.Lb) if nb_all else _EMPTY
+                thr = np.empty(n_rows)
+                thr[0] = self.emax
+                thr[1:] = E[: n_rows - 1]
+                thr = np.maximum(self.r1, cfg.tail_guard * thr)
+            else:
+                thr = np.full(n_rows, self.r1)
             if n_bad:
                 thr[:n_bad] = np.inf
-            cand = e >= thr[:, None]
-        if E is not None and np.count_nonzero(cand):
-            ci = cand.reshape(-1).nonzero()[0] - pad
-            ci = ci[(ci >= 0) & (ci < m)]
-            if ci.shape[0]:
-                ri = (ci + pad) // K
-                scale = np.full(n_rows, np.nan)
-                for r in sorted(set(ri.tolist())):
-                    if r == 0:
-                        scale[0] = self._scale(self.med, self.mad)
-                    else:
-                        scale[r] = self._scale(float(meds[r - 1]),
-                                               mad_sorted(win(r - 1), meds[r - 1]))
-                z = (x[ci] - med_r[ri]) / scale[ri]
-                hit = (z >= cfg.z_threshold).nonzero()[0]
-                if hit.shape[0]:
-                    jstar = int(ci[hit[0]])
+            if (up >= thr).any():
+                jstar = self._first_spike(x, A, R, off, pad, med_r, den, thr, meds, win)
         if cfg.early_max_fires and early_max > 0:
             severe = x[need:jstar] >= cfg.early_max_ratio * early_max
             if np.count_nonzero(severe):
@@ -350,13 +478,14 @@ class SpikeDetector:
                 self.win = win(g)
                 self.med = float(meds[g])
                 self._mad = None
-            self.e_hist = np.concatenate((self.e_hist, bm[:nr]))[-self.Lb:]
-            # the bar of the last boundary: the largest of the last Lb block maxima (>= 0)
-            self.emax = float(E[g]) if E is not None else float(self.e_hist.max())
-            lo = off + g * K
-            self.blk_e = float(e_flat[pad + lo:pad + jstar].max()) if jstar > lo else 0.0
-        elif jstar:
-            self.blk_e = max(self.blk_e, float(e_flat[pad:pad + jstar].max()))
+            if track:
+                self.e_hist = np.concatenate((self.e_hist, bm[:nr]))[-self.Lb:]
+                # the bar of the last boundary: the largest of the last Lb block maxima (>= 0)
+                self.emax = float(E[g]) if E is not None else float(self.e_hist.max())
+                lo = off + g * K
+                self.blk_e = self._dev(x, lo, jstar, g + 1, med_r, den, dev, n_bad)
+        elif jstar and track:
+            self.blk_e = max(self.blk_e, self._dev(x, 0, jstar, 0, med_r, den, dev, n_bad))
         if jstar:
             self.episode.normal(jstar)
             self.flag_run = 0
@@ -365,11 +494,8 @@ class SpikeDetector:
 
         # the run of anomalous points from jstar, against the now fixed baseline
         rest = x[jstar:]
-        anom_r, severe_r = self._anomalous_fixed(rest)
-        off_r = np.flatnonzero(~anom_r)
-        r = int(off_r[0]) if off_r.shape[0] else int(rest.shape[0])
-        r = max(r, 1)  # x[jstar] is anomalous by construction; never stall on a rounding doubt
-        taken = self._flag_run_of(rest[:r], steps[jstar:jstar + r], severe_r[:r], base + jstar,
+        r, severe_r = self._anomalous_run(rest)
+        taken = self._flag_run_of(rest[:r], steps[jstar:jstar + r], severe_r, base + jstar,
                                   events, flagged)
         return jstar + taken
 

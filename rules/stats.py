@@ -85,6 +85,33 @@ def nan_median_rows(a: np.ndarray) -> np.ndarray:
     return out
 
 
+def nan_median_of_others(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each row ``i`` and column ``j`` of a 2-D array: the median of the row's finite values
+    other than ``a[i, j]``, and how many there are (``n_others``). Where ``a[i, j]`` is NaN it is
+    the row's own median. Equal to :func:`nan_median_rows` of the row with column ``j`` deleted,
+    for every ``j``, from one sort of the array: leaving out one value shifts the sorted
+    positions at or after it by one."""
+    n, k = a.shape
+    order = np.argsort(a, axis=1, kind="stable")  # NaN sort last
+    rr = np.arange(n)[:, None]
+    s = a[rr, order]
+    c = k - np.count_nonzero(np.isnan(a), axis=1)
+    where = np.empty_like(order)
+    where[rr, order] = np.arange(k)  # sorted position of each value
+    here = ~np.isnan(a)
+    n_others = c[:, None] - here
+    lo = np.maximum(n_others - 1, 0) // 2
+    hi = np.minimum(n_others // 2, k - 1)
+    # positions in the row's sorted values once a[i, j] (at where[i, j]) is left out
+    lo = np.minimum(lo + (here & (lo >= where)), k - 1)
+    hi = np.minimum(hi + (here & (hi >= where)), k - 1)
+    vlo = s[rr, lo]
+    vhi = s[rr, hi]
+    out = np.where(n_others % 2 == 1, vlo, (vlo + vhi) / 2.0)
+    out[n_others == 0] = np.nan
+    return out, n_others
+
+
 def mad_sorted(sorted_window: np.ndarray, med: float) -> float:
     """Median absolute deviation of a window around ``med``."""
     return float(median_sorted(np.sort(np.abs(sorted_window - med))))

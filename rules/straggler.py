@@ -17,7 +17,7 @@ from trainwatch.humanize import fmt_duration
 from trainwatch.roles import RoleTable
 from trainwatch.rules.base import Hit, make_hit, r6
 from trainwatch.rules.models import StragglerConfig
-from trainwatch.rules.stats import nan_median_rows
+from trainwatch.rules.stats import nan_median_of_others
 
 
 class _RankState:
@@ -99,24 +99,32 @@ class RankStraggler:
         ranks = sorted(r for r, st in self.ranks.items() if st.steps.shape[0])
         hits: list[Hit] = []
         if len(ranks) >= cfg.min_ranks:
-            steps = np.unique(np.concatenate([self.ranks[r].steps for r in ranks]))
-            steps = steps[steps <= limit]
+            # np.unique: sorted distinct steps (a sort and a diff are cheaper than its hashing)
+            steps = np.sort(np.concatenate([self.ranks[r].steps for r in ranks]))
+            steps = steps[: np.searchsorted(steps, limit, side="right")]
+            if steps.shape[0] > 1:
+                steps = steps[np.concatenate(([True], steps[1:] != steps[:-1]))]
             mat = np.full((steps.shape[0], len(ranks)), np.nan)
             tim = np.full_like(mat, np.nan)
             for j, r in enumerate(ranks):
                 st = self.ranks[r]
+                if np.array_equal(st.steps, steps):  # the usual case: every rank logged each step
+                    mat[:, j] = st.values
+                    tim[:, j] = st.times
+                    continue
                 idx = np.minimum(np.searchsorted(st.steps, steps), st.steps.shape[0] - 1)
                 have = st.steps[idx] == steps  # first occurrence of each step the rank has
                 mat[have, j] = st.values[idx[have]]
                 tim[have, j] = st.times[idx[have]]
             present = ~np.isnan(mat)
+            # each rank against the median of the others, from one sort of the matrix
+            meds, n_others = nan_median_of_others(mat)
+            enough = present & (n_others >= cfg.min_ranks - 1)
             for j, r in enumerate(ranks):
-                others = np.delete(mat, j, axis=1)
-                n_others = np.count_nonzero(~np.isnan(others), axis=1)
-                use = present[:, j] & (n_others >= cfg.min_ranks - 1)
+                use = enough[:, j]
                 if not use.any():
                     continue
-                med = nan_median_rows(others[use])
+                med = meds[use, j]
                 mine = mat[use, j]
                 hits.extend(self._episodes(r, self.ranks[r], steps[use], mine / med, mine, med,
                                            tim[use, j], len(ranks)))
