@@ -24,6 +24,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from trainwatch.batch import Event, RecordBatch
+from trainwatch.roles import RoleTable
 from trainwatch.rules.alert import Alert
 from trainwatch.rules.base import Context, Frame, Hit, Points, Rule
 from trainwatch.rules.config import RulesConfig, load_rules_config
@@ -142,7 +143,7 @@ class RuleEngine:
     def _feed(self, batch: RecordBatch, n: int) -> list[Alert]:
         if not self._names.issuperset(batch.series):
             self._names.update(batch.series)
-            self._roles = self.cfg.roles.resolve(self._names)
+            self._roles = _resolve(self.cfg.roles, self._names)
             self._wanted = self._interest()
         segs = batch.segments
         cuts = [0, n] if segs[0] == segs[-1] and not batch.rewinds else \
@@ -291,6 +292,26 @@ class RuleEngine:
         )
 
 
+_RESOLVED: dict[tuple[int, tuple[str, ...]], tuple[RoleTable, dict[str, str]]] = {}
+"""Roles resolved from a table and the names in the order given (every engine of a backfill
+of many runs with the same metrics asks the same question)."""
+
+
+def _resolve(table: RoleTable, names: set[str]) -> dict[str, str]:
+    """``table.resolve(names)``, remembered: a pure function of the table and the names in
+    iteration order (which break ties between equally ranked names, as in the table's own)."""
+    seq = tuple(names)
+    key = (id(table), seq)
+    hit = _RESOLVED.get(key)
+    if hit is not None and hit[0] is table:  # (the table held: its id is not reused)
+        return dict(hit[1])
+    roles = table.resolve(seq)
+    if len(_RESOLVED) >= 256:
+        _RESOLVED.clear()
+    _RESOLVED[key] = (table, roles)
+    return dict(roles)
+
+
 def _event_rows(batch: RecordBatch) -> np.ndarray:
     """The record row of each event, in order. Events carry no row, but they are the records
     that no series and no note covers (as are records with no usable value, rarely): when the
@@ -302,12 +323,12 @@ def _event_rows(batch: RecordBatch) -> np.ndarray:
         covered[row] = True
     # the series on most records usually leaves exactly the events uncovered: events are never
     # covered, so when the counts agree the others need not be marked
-    chunks = sorted(batch.series.values(), key=len, reverse=True)
+    chunks = list(batch.series.values())
     if chunks:
-        covered[chunks[0].rows] = True
+        covered[max(chunks, key=lambda ch: ch.rows.shape[0]).rows] = True
     cand = (~covered).nonzero()[0]
     if cand.shape[0] != n_ev and len(chunks) > 1:
-        for ch in chunks[1:]:
+        for ch in chunks:
             covered[ch.rows] = True
         cand = (~covered).nonzero()[0]
     if cand.shape[0] == n_ev:

@@ -136,6 +136,10 @@ class Pushed:
         return Evals(self.steps, self.values, self.pos, self.times, end, window)
 
 
+_NO_INTS = np.empty(0, dtype=np.int64)
+_NO_FLOATS = np.empty(0)
+
+
 class TrendTrack:
     """The last ``keep`` points of one series, carried across frames."""
 
@@ -145,10 +149,8 @@ class TrendTrack:
 
     def reset(self) -> None:
         self.count = 0
-        self._s = np.empty(0, dtype=np.int64)
-        self._v = np.empty(0)
-        self._p = np.empty(0, dtype=np.int64)
-        self._t = np.empty(0)
+        # (shared empties: the carried arrays are replaced, never written into)
+        self._s, self._v, self._p, self._t = _NO_INTS, _NO_FLOATS, _NO_INTS, _NO_FLOATS
 
     def minmax_from(self, pts: Points, first_count: int, first_step: float
                     ) -> tuple[float, float] | None:

@@ -67,8 +67,7 @@ class LrExhaustedRule(Rule):
             n_i = self.n + np.arange(1, m + 1)
             hits.extend(self._start_and_zero(f, n_i, peak_i))
             fl = (v <= cfg.floor_ratio * peak_i) & (v > np.maximum(cfg.zero, cfg.zero_ratio * peak_i))
-            F, fid = true_runs(fl, self.frun)
-            starts = np.flatnonzero(fl & ~np.concatenate(([self.frun > 0], fl[:-1])))
+            F, fid, starts = self._runs(fl, self.frun)
         else:
             f = None
             m = 0
@@ -134,9 +133,12 @@ class LrExhaustedRule(Rule):
             hits.extend(self._start_check(f))
         # ~0 for a sizeable part of the run: once per run of ~0 points
         z = v <= np.maximum(cfg.zero, cfg.zero_ratio * peak_i)
-        Z, zid = true_runs(z, self.zrun)
+        if self.fast and not z.any():  # no point ~0 (the usual case): no run goes on or fires
+            self.zfired = False
+            self.zrun = 0
+            return hits
+        Z, zid, zstarts = self._runs(z, self.zrun)
         cond = z & (Z >= np.maximum(cfg.min_points, cfg.zero_fraction * n_i)) & (peak_i > 0)
-        zstarts = np.flatnonzero(z & ~np.concatenate(([self.zrun > 0], z[:-1])))
         fired_z = {0} if self.zfired else set()
         # a run fires at most once, at its first qualifying point: only those are visited (run
         # ids never decrease along the frame)
@@ -155,6 +157,14 @@ class LrExhaustedRule(Rule):
         self.zrun = int(Z[-1])
         return hits
 
+    def _runs(self, cond: np.ndarray, carried: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:func:`~trainwatch.rules.stats.true_runs` of ``cond``, and the index of each run
+        started in it (not the carried one)."""
+        if self.fast:
+            return runs_of(cond, carried)
+        length, rid = true_runs(cond, carried)
+        return length, rid, np.flatnonzero(cond & ~np.concatenate(([carried > 0], cond[:-1])))
+
     def _keep_loss(self, lb: Blocks, lo: int = 0) -> None:
         """Add the loss blocks from ``lo`` on to the history (only the last ``maxlen`` can stay
         in it)."""
@@ -171,10 +181,12 @@ class LrExhaustedRule(Rule):
     def _start_check(self, f: Points) -> list[Hit]:
         """Zero from the start: the first ``start_points`` points all ~0."""
         cfg: LrConfig = self.cfg
+        if not self.all_zero:
+            return []  # a point above ~0 was seen: the LR did not start at 0
         head = f.values[: cfg.start_points - self.n]
-        if np.any(head > cfg.zero):
+        if head.shape[0] and float(head.max()) > cfg.zero:
             self.all_zero = False
-        elif self.all_zero and self.n + head.shape[0] == cfg.start_points:
+        elif self.n + head.shape[0] == cfg.start_points:
             self.start_fired = True
             return [self._start(f, head.shape[0] - 1)]
         return []
@@ -234,3 +246,26 @@ class LrExhaustedRule(Rule):
             fixes=["Lengthen the schedule (its total steps) or raise the final LR",
                    "Resume from the last checkpoint with a higher constant LR"],
         )
+
+
+def runs_of(cond: np.ndarray, carried: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(run length at each point (0 where False), run index per point, index of each run
+    started here): :func:`~trainwatch.rules.stats.true_runs` plus the starts, from the change
+    points of ``cond``. The LR's runs (at its floor, ~0) are long, so a frame holds a handful of
+    segments: the work per segment is on small arrays, and on the points it is a few passes."""
+    n = cond.shape[0]
+    if n == 0 or not cond.any():  # (every length and run index 0)
+        zeros = np.zeros(n, dtype=np.int64)
+        return zeros, zeros, zeros[:0]
+    seg = np.flatnonzero(cond[1:] != cond[:-1]) + 1
+    seg = np.concatenate(([0], seg))  # first index of each segment of equal values
+    val = cond[seg]
+    lens = np.diff(np.append(seg, n))
+    new = val.copy()  # the segments that start a run
+    first = seg.copy()  # where the run of each segment began
+    if carried > 0 and val[0]:
+        new[0] = False
+        first[0] = -carried
+    length = np.arange(1, n + 1) - np.repeat(first, lens)
+    length *= np.repeat(val, lens)
+    return length, np.repeat(np.cumsum(new), lens), seg[new]

@@ -12,6 +12,7 @@ same evidence is reported as ``state_detach``.
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -91,6 +92,16 @@ class GrowthAnalysis:
         graph = self._graph_points(frame) if det.enabled else None
         if not (len(time_pts) or len(mem_pts) or probe_hits or (graph is not None and len(graph))):
             return {}  # no window ends without a new point (evaluation records, events)
+        # what is still live in this segment: once state_detach has fired, a memory window can
+        # only confirm it (memory_growth yields to it, and it does not repeat); once either
+        # rule fired, the trend and graph windows stay silent (see the event loop below)
+        trend_live = det.enabled and not (self.trend_fired or self.mem_fired)
+        mem_live = mem.enabled and not (self.fast and self.detach_fired)
+        if self.fast and not (trend_live or mem_live):
+            # settled until a rewind (which resets the tracks): only the probe can still speak
+            if probe_hits:
+                self.detach_fired = True
+            return {"state_detach": probe_hits} if probe_hits else {}
         k = det.warmup_points - self.time_track.count
         if self.time_from_step == math.inf and 0 <= k < len(time_pts):
             self.time_from_step = float(time_pts.steps[k])
@@ -103,7 +114,7 @@ class GrowthAnalysis:
             mm = self.mem_track.minmax_from(mem_pts, mem.warmup_points + 1, self.time_from_step)
             flat = mm is None or mm[1] - mm[0] < min(
                 mem.min_growth, det.memory_min_growth) / 2 * abs(mm[0])
-        if self.fast and flat and not self.mem_active and self._graph_flat(graph):
+        if self.fast and flat and not (self.mem_active and mem_live) and self._graph_flat(graph):
             # no trend can be tested, memory and the graph cannot rise: the tracks only move on
             self.time_track.advance(time_pts)
             self.mem_track.advance(mem_pts)
@@ -124,7 +135,7 @@ class GrowthAnalysis:
         events: list[tuple[int, int, str, int]] = []  # (pos, order, kind, index)
         if det.enabled:
             events += [(h.pos, 0, "probe", i) for i, h in enumerate(probe_hits)]
-            if ev_t.end.shape[0] and not self.trend_fired and not flat:
+            if ev_t.end.shape[0] and trend_live and not flat:
                 if has_mem:
                     # both must rise: the step time's estimate only where memory's passes
                     pre_m = span_growth(ev_t, mp, ev_t.q, 5, m_flat)
@@ -136,21 +147,29 @@ class GrowthAnalysis:
                     cand = ev_t.growth(t_flat) >= det.time_only_growth / 2
                 else:
                     cand = np.zeros(ev_t.end.shape[0], dtype=bool)
-                events += [(int(ev_t.pos[ev_t.end[k]]), 1, "trend", k)
-                           for k in np.flatnonzero(cand).tolist()]
+                ks = np.flatnonzero(cand)
+                events += zip(ev_t.pos[ev_t.end[ks]].tolist(), itertools.repeat(1),
+                              itertools.repeat("trend"), ks.tolist())
             ev_g = None if graph is None else self.graph_track.push(graph).evals(
                 det.graph_window, 1, 0)
-            if ev_g is not None and ev_g.end.shape[0] and not self.trend_fired:
+            if ev_g is not None and ev_g.end.shape[0] and trend_live:
                 cand = ev_g.growth() >= det.graph_min_growth / 2
-                events += [(int(ev_g.pos[ev_g.end[k]]), 2, "graph", k)
-                           for k in np.flatnonzero(cand).tolist()]
+                ks = np.flatnonzero(cand)
+                events += zip(ev_g.pos[ev_g.end[ks]].tolist(), itertools.repeat(2),
+                              itertools.repeat("graph"), ks.tolist())
         else:
             ev_g = None
-        if mem.enabled and ev_m.end.shape[0] and (self.mem_active or not flat):
+        if mem_live and ev_m.end.shape[0] and (self.mem_active or not flat):
             pre = ev_m.growth(m_flat) >= mem.min_growth / 2
             if pre.any() or self.mem_active:
-                events += [(int(ev_m.pos[ev_m.end[k]]), 3, "mem" if pre[k] else "mem_ok", k)
-                           for k in range(ev_m.end.shape[0])]
+                # a window that passes the quick bar is judged (unless one already holds the
+                # episode); one that fails ends the episode: only the first of a run can
+                keep = pre.copy()
+                keep[0] = True
+                keep[1:] |= pre[:-1]
+                ks = np.flatnonzero(keep)
+                events += zip(ev_m.pos[ev_m.end[ks]].tolist(), itertools.repeat(3),
+                              np.where(pre[ks], "mem", "mem_ok").tolist(), ks.tolist())
         out: dict[str, list[Hit]] = {"state_detach": [], "memory_growth": []}
         for _pos, _o, kind, k in sorted(events):
             if kind == "probe":
@@ -166,6 +185,8 @@ class GrowthAnalysis:
                 if hit is not None:
                     out["state_detach"].append(hit)
                     self.trend_fired = self.detach_fired = True
+            elif kind in ("mem", "mem_ok") and self.fast and self.detach_fired:
+                continue  # fired earlier in this frame: the memory windows can change nothing
             elif kind == "mem_ok":
                 self.mem_active = False
             elif kind == "mem" and not self.mem_active:

@@ -178,11 +178,12 @@ def test_fast_paths_match_the_plain_loops(monkeypatch: pytest.MonkeyPatch) -> No
         run["lr"][idx(run, 3500):] = 0.0
         run["loss"][idx(run, 4500):] = run["loss"][idx(run, 4500)]
         datas.append(to_jsonl(run))
-    fast = [_feed(parse_live(d, seed=1, max_lines=400)).alerts for d in datas]
+    # reads of up to 2500 lines: frames long enough (16 blocks and more) for the vectorised steps
+    fast = [_feed(parse_live(d, seed=2, max_lines=2500)).alerts for d in datas]
     for cls in (ThroughputDropRule, DivergenceRule, PlateauRule, GradVanishingRule,
                 LrExhaustedRule, LearningStalledRule, StalledStreamRule, GrowthAnalysis):
         monkeypatch.setattr(cls, "fast", False)
-    slow = [_feed(parse_live(d, seed=1, max_lines=400)).alerts for d in datas]
+    slow = [_feed(parse_live(d, seed=2, max_lines=2500)).alerts for d in datas]
     assert fast == slow
     rules = {a.rule for run in fast for a in run}
     assert {"plateau", "divergence", "grad_vanishing", "throughput_drop", "memory_growth",
@@ -306,3 +307,17 @@ def test_context_recent_and_count_before_against_the_whole_history(seed: int) ->
         all_pos += pos[finite].tolist()
         all_val += val[finite].tolist()
         pos0 = int(pos[-1]) + 1 if n else pos0
+
+
+def test_resolved_roles_are_remembered_per_table() -> None:
+    from trainwatch.roles import DEFAULT_ROLES
+    from trainwatch.rules.engine import _resolve
+
+    names = {"loss", "lr-AdamW", "lr-SGD", "memory", "acc"}
+    mine = DEFAULT_ROLES.extended({"lr": ["lr-SGD"]})
+    for table in (DEFAULT_ROLES, mine, DEFAULT_ROLES, mine):  # the second time, remembered
+        assert _resolve(table, names) == table.resolve(names)
+    assert _resolve(mine, names)["lr"] == "lr-SGD"
+    got = _resolve(DEFAULT_ROLES, names)
+    got["loss"] = "changed"  # each engine gets its own dict
+    assert _resolve(DEFAULT_ROLES, names)["loss"] == "loss"

@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 import pytest
-from test_rules_data import clean, engine_alerts, idx, of, parse_live, to_jsonl
+from test_rules_data import clean, engine_alerts, idx, of, parse_all, parse_live, to_jsonl
 
 from trainwatch.rules import ConfigError, RuleEngine, load_rules_config, memory
 from trainwatch.rules.base import Points
@@ -242,3 +242,62 @@ def test_quick_paths_match_the_full_analysis_with_sparse_memory(
     assert [r for r, _ in fast[1]] == ["memory_growth"] and fast[2] == []
     assert [r for r, _ in fast[3]] == ["state_detach"] and 800 < fast[3][0][1] <= 1000
     assert fast[4] == [("state_detach", 900)]
+
+
+def _growth_alerts_of(batches: list) -> list[tuple[str, int, str, str]]:
+    e = RuleEngine(load_rules_config(), live=True)
+    for b in batches:
+        e.feed(b)
+    return [(a.rule, a.step, a.severity, a.message) for a in e.alerts if a.rule in GROWTH_RULES]
+
+
+def _after_firing_runs(seed: int) -> list[bytes]:
+    """Runs where one growth rule fires and the stream goes on: the probe first, then a joint
+    ramp (and the probe again after it re-arms); memory_growth first, then a second rise with the
+    step time ramping; and a resumed run whose replayed segment holds only a leak."""
+    probe_first = clean(2000, "exp", seed=seed)
+    k = np.maximum(0, probe_first["step"] - 800)
+    probe_first["step_time"] = probe_first["step_time"] * (1 + 0.01 * k)
+    probe_first["memory"] = probe_first["memory"] * (1 + 0.002 * k)
+    s = probe_first["step"]
+    attached = ((s >= 700) & (s < 1000) | (s >= 1100)).astype(float)
+    leak_then_ramp = clean(2200, "exp", seed=seed)
+    s = leak_then_ramp["step"]
+    grow = np.clip(s - 400, 0, 500) + np.maximum(0, s - 1300)
+    leak_then_ramp["memory"] = leak_then_ramp["memory"] * (1 + 2e-4 * grow)
+    leak_then_ramp["step_time"] = leak_then_ramp["step_time"] * (
+        1 + 0.002 * np.maximum(0, s - 1300))
+    ramp = clean(1200, "exp", seed=seed)
+    k = np.maximum(0, ramp["step"] - 600)
+    ramp["step_time"] = ramp["step_time"] * (1 + 0.01 * k)
+    ramp["memory"] = ramp["memory"] * (1 + 0.002 * k)
+    resumed = clean(2000, "exp", seed=seed + 10)
+    resumed["memory"] = resumed["memory"] * (1 + 2e-4 * np.maximum(0, resumed["step"] - 1000))
+    n = resumed["step"].shape[0]
+    tail = {key: v[299:] if isinstance(v, np.ndarray) and v.shape == (n,) else v
+            for key, v in resumed.items()}  # steps 300 on, after a restart
+    tail["time"] = tail["time"] - tail["time"][0] + ramp["time"][-1] + 60.0
+    on = tail["val_step"] >= 300
+    tail["val_step"], tail["val_loss"] = tail["val_step"][on], tail["val_loss"][on]
+    return [to_jsonl(probe_first, extra={"state_attached": attached}),
+            to_jsonl(leak_then_ramp),
+            to_jsonl(ramp, end=False) + to_jsonl(tail, start=False)]
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_settled_analysis_matches_the_full_one(seed: int,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    # once a rule has fired, the windows that can no longer fire are not evaluated (and once
+    # both are done, only the probe is read): the alerts must be those of the full analysis,
+    # fed live or whole
+    datas = _after_firing_runs(seed)
+    feeds = [lambda d: parse_live(d, seed=seed, max_lines=8), parse_all]
+    fast = [[_growth_alerts_of(feed(d)) for feed in feeds] for d in datas]
+    monkeypatch.setattr(memory.GrowthAnalysis, "fast", False)
+    assert fast == [[_growth_alerts_of(feed(d)) for feed in feeds] for d in datas]
+    assert all(live == whole for live, whole in fast)
+    probe_first, leak_then_ramp, resumed = (live for live, _whole in fast)
+    assert [(r, sev) for r, _s, sev, _m in probe_first] == [
+        ("state_detach", "error"), ("state_detach", "warning"), ("state_detach", "error")]
+    assert [r for r, *_ in leak_then_ramp] == ["memory_growth", "state_detach"], leak_then_ramp
+    assert [r for r, *_ in resumed] == ["state_detach", "memory_growth"], resumed
