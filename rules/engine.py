@@ -292,15 +292,15 @@ class RuleEngine:
         )
 
 
-_RESOLVED: dict[tuple[int, tuple[str, ...]], tuple[RoleTable, dict[str, str]]] = {}
-"""Roles resolved from a table and the names in the order given (every engine of a backfill
-of many runs with the same metrics asks the same question)."""
+_RESOLVED: dict[tuple[int, frozenset[str]], tuple[RoleTable, dict[str, str]]] = {}
+"""Roles resolved from a table and a set of names (every engine of a backfill of many runs with
+the same metrics asks the same question)."""
 
 
 def _resolve(table: RoleTable, names: set[str]) -> dict[str, str]:
-    """``table.resolve(names)``, remembered: a pure function of the table and the names in
-    iteration order (which break ties between equally ranked names, as in the table's own)."""
-    seq = tuple(names)
+    """``table.resolve(names)``, remembered: a pure function of the table and the set of names
+    (the table breaks ties by name, not by the order it is given them)."""
+    seq = frozenset(names)
     key = (id(table), seq)
     hit = _RESOLVED.get(key)
     if hit is not None and hit[0] is table:  # (the table held: its id is not reused)

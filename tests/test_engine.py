@@ -321,3 +321,12 @@ def test_resolved_roles_are_remembered_per_table() -> None:
     got = _resolve(DEFAULT_ROLES, names)
     got["loss"] = "changed"  # each engine gets its own dict
     assert _resolve(DEFAULT_ROLES, names)["loss"] == "loss"
+
+
+def test_equally_ranked_names_resolve_the_same_in_any_order() -> None:
+    # two pattern matches for one role: the winner must not depend on a set's iteration order
+    from trainwatch.roles import DEFAULT_ROLES
+
+    for names in (["lr-SGD", "lr-AdamW", "loss"], ["loss", "lr-AdamW", "lr-SGD"]):
+        assert DEFAULT_ROLES.resolve(names)["lr"] == "lr-AdamW"
+        assert DEFAULT_ROLES.resolve(reversed(names))["lr"] == "lr-AdamW"

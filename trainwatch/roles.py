@@ -72,7 +72,9 @@ class RoleTable:
         return None
 
     def resolve(self, names: Iterable[str]) -> dict[str, str]:
-        """role -> the metric name that plays it, picking the earliest alias when several match."""
+        """role -> the metric name that plays it, picking the earliest alias when several match
+        (then the name that sorts first: ``names`` may be a set, whose order varies between
+        processes, and ``lr-AdamW`` vs ``lr-SGD`` must not)."""
         found: dict[str, tuple[int, str]] = {}
         for n in names:
             role = self.role_of(n)
@@ -80,7 +82,7 @@ class RoleTable:
                 continue
             aliases = [a.lower() for a in self.aliases.get(role, ())]
             rank = aliases.index(n.lower()) if n.lower() in aliases else len(aliases)
-            if role not in found or rank < found[role][0]:
+            if role not in found or (rank, n) < found[role]:
                 found[role] = (rank, n)
         return {role: n for role, (_r, n) in found.items()}
 
