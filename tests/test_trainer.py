@@ -6,6 +6,7 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -188,9 +189,13 @@ def test_frozen_fault_keeps_loss_exactly_constant(tmp_path):
 def test_memory_leak_fault_grows_rss(tmp_path):
     d = tmp_path / "leak"
     assert run(d, "faults/memory_leak", "train.steps=200", "eval.every=0") == 0
-    mem = [r["memory"] for r in metrics(records(d))]
-    assert mem[-1] - mem[10] > 5  # MB: about 0.05 MB kept per step
-    assert mem[-1] > mem[100] > mem[10]
+    mem = np.asarray([r["memory"] for r in metrics(records(d))], dtype=float)
+    # about 0.05 MB kept per step. The trainer runs in this process, so its RSS also moves with
+    # whatever the test process frees or maps meanwhile: judge the trend, not three points
+    steps = np.arange(mem.shape[0])
+    slope = np.polyfit(steps[10:], mem[10:], 1)[0]
+    assert slope > 0.025, f"RSS grew {slope:.3f} MB/step"
+    assert np.median(mem[-20:]) - np.median(mem[10:30]) > 5
 
 
 def test_usage_errors_exit_2_with_one_line(tmp_path, capsys):
