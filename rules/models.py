@@ -77,6 +77,11 @@ class SpikeConfig(RuleBase):
     cooldown_steps: int = integer(ge=0)
     lead_steps: int = integer(ge=0)
     """(loss_spike) grad-norm spikes at most this many steps earlier count as "spiked first"."""
+    recent_points: int = integer(ge=1)
+    """A spike must also *jump* from the recent level, the median of this many last accepted
+    points: the window median lags a smooth ramp (a grad norm growing with the LR warm-up)..."""
+    jump_share: float = num(ge=0, le=1)
+    """...by at least this share of its excess over the window median (0: merely above it)."""
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,8 @@ Definition, point by point (finite values only):
   median and would hide the noise) among the last ``tail_window`` accepted points (heavy-tailed
   noise raises the bar by itself; on Gaussian noise the guard stays near the z bar), and its robust z
   ``(x - median) / (1.4826 MAD)`` is at least ``z_threshold``, and it is a *jump*: its excess over
-  the recent level (the median of the last ``RECENT_POINTS`` accepted points) is at least
-  ``JUMP_SHARE`` of its excess over the window median. The window median lags a smooth ramp by
+  the recent level (the median of the last ``recent_points`` accepted points) is at least
+  ``jump_share`` of its excess over the window median. The window median lags a smooth ramp by
   half a window (a grad norm growing with the LR during warm-up on a healthy run); against the
   recent level the ramp's next point is no jump, while a spike or a step up jumps from both.
   Optionally (grad norm) a value at least ``early_max_ratio`` times the early maximum is anomalous
@@ -55,14 +55,6 @@ _MAX_SPAN = 4096
 _POINTWISE = 8
 """Up to this many points, an update goes point by point (no fixed cost of a pass)."""
 _NO_INDEX = np.empty(0, dtype=np.int64)
-RECENT_POINTS = 8
-"""Accepted points whose median is the recent level a spike must jump from (min_points >= 8, so a
-warm baseline always has them)."""
-JUMP_SHARE = 0.5
-"""A spike's excess over the recent level, as a share of its excess over the window median, must
-be at least this: a ramp that has already carried the recent level more than halfway from the
-window median to the point is no spike (an exponential ramp counts as a jump when it doubles in
-fewer than ~4.5 points, the recent median's lag)."""
 
 
 @dataclass(frozen=True)
@@ -144,16 +136,17 @@ class SpikeDetector:
         return self.cfg.early_max_ratio * self.early_max
 
     def _recent(self) -> float:
-        """The recent level: median of the last ``RECENT_POINTS`` accepted points."""
-        tail = self._tail[-RECENT_POINTS:]
-        need = RECENT_POINTS - len(tail)
+        """The recent level: median of the last ``recent_points`` accepted points."""
+        k = self.cfg.recent_points
+        tail = self._tail[-k:]
+        need = k - len(tail)
         if need > 0 and self.ring.shape[0]:
             tail = self.ring[-need:].tolist() + tail
         return small_median(tail) if tail else self.med
 
     def _jumps(self, x: float | np.ndarray, recent: float | np.ndarray,
                med: float | np.ndarray) -> bool | np.ndarray:
-        return x - recent >= JUMP_SHARE * (x - med)
+        return x - recent >= self.cfg.jump_share * (x - med)
 
     # ------------------------------------------------------------------ feeding
     def update(self, values: np.ndarray, steps: np.ndarray) -> tuple[list[SpikeEvent], np.ndarray]:
@@ -349,14 +342,14 @@ class SpikeDetector:
         if not pz.shape[0]:
             return -1
         # every point before x[j] taken as accepted: its recent level is the median of the
-        # RECENT_POINTS values before it in A
+        # recent_points values before it in A
+        k = self.cfg.recent_points
         cj = ci[pz]
-        at = R + cj - RECENT_POINTS
+        at = R + cj - k
         if int(at[0]) >= 0:
-            recent = median_sorted(np.sort(windows(A, RECENT_POINTS)[at], axis=1))
-        else:  # fewer accepted points than that (cannot happen with a warm baseline)
-            recent = np.array([small_median(A[max(0, a):a + RECENT_POINTS].tolist())
-                               for a in at.tolist()])
+            recent = median_sorted(np.sort(windows(A, k)[at], axis=1))
+        else:  # fewer accepted points than that (a recent_points above min_points)
+            recent = np.array([small_median(A[max(0, a):a + k].tolist()) for a in at.tolist()])
         hit = self._jumps(x[cj], recent, med_r[ri[pz]]).nonzero()[0]
         return int(cj[hit[0]]) if hit.shape[0] else -1
 

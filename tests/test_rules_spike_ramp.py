@@ -124,3 +124,18 @@ def _rejected_by_jump(cfg, x: np.ndarray) -> int:
                 n += 1
         d.update(np.asarray([v]), np.asarray([i]))
     return n
+
+
+def test_the_jump_test_is_configurable(tmp_path) -> None:
+    # jump_share 0 asks only that a point sit above the recent level: the ramp fires again
+    f = tmp_path / "rules.yaml"
+    f.write_text("grad_explosion:\n  jump_share: 0\n")
+    e = RuleEngine(load_rules_config(f), live=False)
+    for b in parse_all(_jsonl(warmup_ramp(0))):
+        e.feed(b)
+    assert any(a.rule == "grad_explosion" for a in e.alerts)
+    # another recent level and share: the vectorised pass still equals the definition
+    cfg = dataclasses.replace(CFG.rules["grad_explosion"], recent_points=16, jump_share=0.3)
+    x = _ramps(2)
+    ref = _run(cfg, x, vectorized=False, chunks=[1])
+    assert ref[0] and _run(cfg, x, vectorized=True, chunks=[x.shape[0]]) == ref
