@@ -86,14 +86,14 @@ class DivergenceRule(LossBlockRule):
             self._note_best(med, step)
         return hit
 
-    def _quiet_prefix(self, b: Blocks, i: int) -> int:
-        """Take in one step the blocks from ``i`` on with no rise (the common case), as
-        :meth:`_block` would. Returns how many were taken."""
+    def _quiet_prefix(self, b: Blocks, i: int, j: int) -> int:
+        """Take in one step the blocks from ``i`` on (before ``j``) with no rise (the common
+        case), as :meth:`_block` would. Returns how many were taken."""
         cfg: DivergenceConfig = self.cfg
-        med = b.med[i:]
+        med = b.med[i:j]
         n = med.shape[0]
         best = np.minimum.accumulate(np.concatenate(([self.best], med)))[:-1]
-        rise = np.maximum(cfg.rise, cfg.noise_factor * b.noise[i:])
+        rise = np.maximum(cfg.rise, cfg.noise_factor * b.noise[i:j])
         bad = (med >= best + rise * np.abs(best)) | (med >= best + cfg.error_rise * np.abs(best))
         if cfg.cap is not None:
             bad |= med > cfg.cap

@@ -74,7 +74,7 @@ class ThroughputDropRule(Rule):
             if hit is not None:
                 hits.append(hit)
 
-        drive(len(meds), self._ready, lambda i: self._quiet_prefix(b.med[i:]), slow)
+        drive(len(meds), self._ready, lambda i, j: self._quiet_prefix(b.med[i:j]), slow)
         return hits
 
     def _block(self, b: Blocks, i: int, med: float, inverted: bool, name: str) -> Hit | None:
@@ -145,8 +145,9 @@ class ThroughputDropRule(Rule):
             evidence = {"throughput": r6(med), "reference": r6(ref)}
         evidence.update({"drop": r6(drop), "since_step": self.since, "window_points": cfg.window})
         _s, mem = self.ctx.recent("memory", pos, 4 * cfg.window)
+        # (np.median's first call in a process imports numpy.ma, ~20 ms)
         growing = (mem.shape[0] >= 8
-                   and float(np.median(mem[-4:])) > 1.1 * float(np.median(mem[:4])))
+                   and small_median(mem[-4:].tolist()) > 1.1 * small_median(mem[:4].tolist()))
         # nothing in the run itself moved with the drop (no memory growth; a growing graph is
         # state_detach's, checked before): the likeliest cause is outside the run
         causes = [(("other processes share the CPU or GPU (another job, a busy node), or "
