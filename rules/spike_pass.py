@@ -1,0 +1,284 @@
+"""The spike detector's optimistic vectorised pass: many points against the definition at once.
+
+The definition (and the point-by-point reference) is :mod:`trainwatch.rules.spike_detector`;
+this module only finds, for a stretch of new points, where that definition first flags one, and
+what the detector's state is once every point before it is accepted.
+
+Cost: O(1) amortised per point. Between anomalies the stream is processed in vectorised passes
+that assume every point is accepted; the first anomalous point ends the pass, the run of anomalous
+points after it is handled against the (then fixed) baseline in one step, and the next pass
+starts after it. Rolling medians are taken only at refresh boundaries, from sorted windows
+(``np.sort`` on short rows); between two boundaries only the largest and smallest point are
+looked at unless one reaches the bar, and a MAD and a recent level are taken only for the rare
+windows and points that are candidates. With no tail guard (``step_time_outlier``) its
+bookkeeping is skipped.
+
+The row layout: the points of a pass fall into rows, one per baseline they are tested against
+(row 0: the detector's current one; row r: the one refreshed at the r-th boundary the pass
+reaches). Row 0 holds the points before the first boundary, row r the ``refresh`` points after
+the r-th.
+
+:func:`optimistic_pass` reads the detector and changes none of its state (its MAD, computed
+lazily, may be cached on the way): it returns a :class:`PassOutcome`, which the detector commits
+before it handles the run of anomalous points that ended the pass. The robust scale and the jump
+test are the detector's own (``_scale``, ``_jumps``), called here so that both paths compute
+them with the same expressions and agree to the bit.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from trainwatch.rules.stats import (
+    mad_sorted,
+    median_sorted,
+    sliding_max,
+    small_median,
+    strided_windows,
+    windows,
+)
+
+if TYPE_CHECKING:  # the detector imports this module: a run-time import would be circular
+    from trainwatch.rules.spike_detector import SpikeDetector
+
+_EMPTY = np.empty(0)
+_EMPTY_ROWS = np.empty((0, 0))
+
+
+@dataclass(frozen=True)
+class PassOutcome:
+    """What a pass decided: ``x[:accepted]`` are accepted, and the detector's state after them.
+
+    Each state field holds the detector's own value where accepting those points leaves it as it
+    was."""
+
+    accepted: int
+    """Points accepted from the start of the pass: all of them, or up to the first anomalous."""
+    ring: np.ndarray
+    """The last ``window`` accepted values."""
+    n_acc: int
+    """Accepted points since the baseline (re)started."""
+    early_n: int
+    early_max: float
+    baseline: tuple[np.ndarray, float] | None
+    """Sorted window and median of the last refresh boundary reached with ``min_points`` behind
+    it; ``None`` when the pass reached no such boundary (the baseline stays)."""
+    e_hist: np.ndarray
+    """Largest relative deviation of each of the last ``tail_window`` refresh blocks."""
+    emax: float
+    """The tail guard's reference: the largest of ``e_hist``."""
+    blk_e: float
+    """Largest relative deviation among accepted points since the last refresh."""
+
+
+def optimistic_pass(det: SpikeDetector, x: np.ndarray) -> PassOutcome:
+    """One optimistic pass over ``x`` (see the module doc), against ``det``'s state; ``det``'s
+    accepted points must all be in its ``ring`` (see ``SpikeDetector._fold``).
+
+    A row's largest and smallest point give its largest deviations, which is all the tail guard
+    keeps and all it takes to know that no point of the row reaches the bar (the common case);
+    only then are the points' own deviations computed (:func:`_first_spike`).
+    """
+    cfg, K, W = det.cfg, det.K, det.W
+    m = int(x.shape[0])
+    c0 = det.n_acc
+    R = int(det.ring.shape[0])
+    off = K - (c0 % K)
+    """Accepted points still needed to reach the next refresh boundary."""
+    nb_all = 0 if off > m else (m - off) // K + 1
+    """Boundaries reached if every point were accepted (the last may sit after x[-1])."""
+    n_rows = 1 if off >= m else (m - off - 1) // K + 2
+    """Rows of the layout: 1 + the boundaries that apply to some point of x."""
+    pad = K - off
+    A = np.concatenate((det.ring, x)) if R else x
+    # boundary g closes after accepting x[off + g K - 1]; its window is A[hi - W : hi] with
+    # hi = R + off + g K, from boundary g_ok on it has min_points behind it
+    g_ok = max(0, -(-(cfg.min_points - c0 - off) // K))
+    g0 = min(nb_all, max(0, -(-(W - R - off) // K)))
+    """Boundaries before g0 have fewer than W accepted points behind them (warm-up)."""
+    # boundaries before g_ok have no baseline (NaN median): their windows are never read
+    partial = [np.sort(A[: R + off + K * g]) if g >= g_ok else _EMPTY for g in range(g0)]
+    rows = _EMPTY_ROWS
+    if g0 < nb_all:
+        rows = strided_windows(A, W, R + off + K * g0 - W, K, nb_all - g0).copy()
+        rows.sort(axis=1)  # (np.sort's own copy of the overlapping view is slower)
+    if g0 == 0 and g_ok == 0 and nb_all:  # warm (the common case)
+        meds = rows[:, (W - 1) // 2] + rows[:, W // 2]
+        meds *= 0.5  # = median_sorted(rows)
+    else:
+        meds = np.empty(nb_all)
+        for g in range(g_ok, g0):
+            meds[g] = median_sorted(partial[g])
+        if g0 < nb_all:
+            meds[g0:] = median_sorted(rows)
+        if g_ok:
+            meds[:g_ok] = np.nan
+
+    def win(g: int) -> np.ndarray:
+        return partial[g] if g < g0 else rows[g - g0]
+
+    med_r = np.concatenate(((det.med if det.ok else np.nan,), meds[: n_rows - 1]))
+    n_bad = 0 if det.ok else min(n_rows, g_ok + 1)
+    """Leading rows without a warm baseline (their deviations count as 0)."""
+    den = np.abs(med_r)
+    den[den == 0] = 1.0
+    # Each row's largest deviation each way, from its largest and smallest point: x -> (x -
+    # median) / den is monotone, so these equal the maxima of the points' own deviations,
+    # which are only computed (below) when some row reaches the bar.
+    rs = np.arange(off - K, m, K)
+    rs[0] = 0  # row r holds x[off + (r-1) K : off + r K] (row 0: the points before `off`)
+    up = np.maximum.reduceat(x, rs)
+    up -= med_r
+    up /= den
+    track = det.track_tail
+    if track:
+        dev = np.minimum.reduceat(x, rs)
+        np.subtract(med_r, dev, out=dev)
+        dev /= den
+        np.maximum(dev, up, out=dev)  # the tail guard learns both tails (a falling loss
+        # hides the upper)
+        if n_bad:
+            dev[:n_bad] = 0.0
+        bm = dev[:nb_all]
+        if nb_all:
+            bm[0] = max(det.blk_e, float(bm[0]))
+    if n_bad:
+        up[:n_bad] = -math.inf
+    # early maximum: fixed once the first early_points accepted points are in
+    need = max(0, cfg.early_points - det.early_n)
+    head_max = float(x[:need].max()) if need and m else -math.inf
+    early_max = max(det.early_max, head_max)
+    jstar = m
+    E = None
+    # every bar is at least r1: below it nowhere (the common case), no point is a candidate
+    # and the tail bars of the rows need not be known
+    if float(np.maximum.reduce(up)) >= det.r1:
+        if track:
+            E = sliding_max(det.e_hist, bm, det.Lb) if nb_all else _EMPTY
+            thr = np.empty(n_rows)
+            thr[0] = det.emax
+            thr[1:] = E[: n_rows - 1]
+            thr = np.maximum(det.r1, cfg.tail_guard * thr)
+        else:
+            thr = np.full(n_rows, det.r1)
+        if n_bad:
+            thr[:n_bad] = np.inf
+        if (up >= thr).any():
+            jstar = _first_spike(det, x, A, R, pad, med_r, den, thr, meds, win)
+    if cfg.early_max_fires and early_max > 0:
+        severe = x[need:jstar] >= cfg.early_max_ratio * early_max
+        if np.count_nonzero(severe):
+            jstar = need + int(severe.argmax())
+
+    # the state once x[:jstar] are accepted
+    early_n, new_early_max = det.early_n, det.early_max
+    if det.early_n < cfg.early_points and jstar:
+        take = min(jstar, need)
+        new_early_max = max(det.early_max,
+                            head_max if take == min(m, need) else float(x[:take].max()))
+        early_n += take
+    baseline = None
+    e_hist, emax, blk_e = det.e_hist, det.emax, det.blk_e
+    nr = 0 if jstar < off else (jstar - off) // K + 1
+    """Boundaries reached by the accepted points."""
+    if nr:
+        g = nr - 1
+        if g >= g_ok:
+            baseline = (win(g), float(meds[g]))
+        if track:
+            e_hist = np.concatenate((det.e_hist, bm[:nr]))[-det.Lb:]
+            # the bar of the last boundary: the largest of the last Lb block maxima (>= 0)
+            emax = float(E[g]) if E is not None else float(e_hist.max())
+            blk_e = _dev(x, off + g * K, jstar, g + 1, med_r, den, dev, n_bad)
+    elif jstar and track:
+        blk_e = max(det.blk_e, _dev(x, 0, jstar, 0, med_r, den, dev, n_bad))
+    return PassOutcome(
+        accepted=jstar, ring=A[max(0, R + jstar - W):R + jstar], n_acc=c0 + jstar,
+        early_n=early_n, early_max=new_early_max, baseline=baseline,
+        e_hist=e_hist, emax=emax, blk_e=blk_e,
+    )
+
+
+def _dev(x: np.ndarray, lo: int, hi: int, row: int, med_r: np.ndarray, den: np.ndarray,
+         dev: np.ndarray, n_bad: int) -> float:
+    """Largest relative deviation (either side) of ``x[lo:hi]``, all in ``row``: the row's own
+    when the span reaches its end (``hi`` is then the end of ``x``), else from the span's
+    extremes (0 for a row without a warm baseline, or an empty span)."""
+    if hi <= lo or row < n_bad:
+        return 0.0
+    if hi == x.shape[0]:
+        return float(dev[row])
+    seg = x[lo:hi]
+    med, d = float(med_r[row]), float(den[row])
+    return max((float(seg.max()) - med) / d, (med - float(seg.min())) / d)
+
+
+def _first_spike(det: SpikeDetector, x: np.ndarray, A: np.ndarray, R: int, pad: int,
+                 med_r: np.ndarray, den: np.ndarray, thr: np.ndarray, meds: np.ndarray,
+                 win: Callable[[int], np.ndarray]) -> int:
+    """Index of the first anomalous point of a pass (``len(x)`` if none), given the rows'
+    medians and bars: the points' deviations laid out as rows of ``refresh`` slots, so each
+    row's median and bar broadcast over it instead of being gathered per point. The slots
+    before the first point and after the last hold the row's median (a deviation of exactly
+    0: candidates there are dropped)."""
+    K = det.K
+    m = int(x.shape[0])
+    n_rows = int(med_r.shape[0])
+    P = np.empty((n_rows, K))
+    flat = P.reshape(-1)
+    flat[:pad] = med_r[0]
+    flat[pad:pad + m] = x
+    flat[pad + m:] = med_r[-1]
+    P -= med_r[:, None]
+    P /= den[:, None]  # rows without a warm baseline have an infinite bar: no candidates
+    ci = (P >= thr[:, None]).reshape(-1).nonzero()[0] - pad
+    ci = ci[(ci >= 0) & (ci < m)]
+    if not ci.shape[0]:
+        return m
+    ri = (ci + pad) // K
+    # the first candidate row on its own first: the first spike is usually there, and the
+    # later rows' MADs and the recent levels of their candidates are then never needed
+    split = int(np.searchsorted(ri, ri[0], side="right"))
+    for lo, hi in ((0, split), (split, ci.shape[0])):
+        if lo < hi:
+            j = _first_hit(det, x, A, R, ci[lo:hi], ri[lo:hi], med_r, meds, win)
+            if j >= 0:
+                return j
+    return m
+
+
+def _first_hit(det: SpikeDetector, x: np.ndarray, A: np.ndarray, R: int, ci: np.ndarray,
+               ri: np.ndarray, med_r: np.ndarray, meds: np.ndarray,
+               win: Callable[[int], np.ndarray]) -> int:
+    """The first of the candidates ``ci`` (in rows ``ri``) that passes the robust z and the
+    jump test; -1 if none does."""
+    scale: dict[int, float] = {}
+    for r in sorted(set(ri.tolist())):
+        if r == 0:
+            scale[0] = det._scale(det.med, det.mad)
+        else:
+            scale[r] = det._scale(float(meds[r - 1]), mad_sorted(win(r - 1), meds[r - 1]))
+    if len(scale) == 1:
+        sc: float | np.ndarray = next(iter(scale.values()))
+    else:
+        sc = np.array([scale[r] for r in ri.tolist()])
+    z = (x[ci] - med_r[ri]) / sc
+    pz = (z >= det.cfg.z_threshold).nonzero()[0]
+    if not pz.shape[0]:
+        return -1
+    # every point before x[j] taken as accepted: its recent level is the median of the
+    # recent_points values before it in A
+    k = det.cfg.recent_points
+    cj = ci[pz]
+    at = R + cj - k
+    if int(at[0]) >= 0:
+        recent = median_sorted(np.sort(windows(A, k)[at], axis=1))
+    else:  # fewer accepted points than that (a recent_points above min_points)
+        recent = np.array([small_median(A[max(0, a):a + k].tolist()) for a in at.tolist()])
+    hit = det._jumps(x[cj], recent, med_r[ri[pz]]).nonzero()[0]
+    return int(cj[hit[0]]) if hit.shape[0] else -1
