@@ -220,6 +220,8 @@ def load_rules_config(
         layers.append(("<overrides>", dict(overrides)))
 
     merged: dict[str, dict[str, Any]] = {rid: {} for rid in RULE_IDS}
+    origin: dict[tuple[str, str], str] = {}
+    """(rule id, key) -> the file that set it last (what an error about it names)."""
     extra_roles: dict[str, tuple[str, ...]] = {}
     custom: list[CustomRuleConfig] = []
     taken = set(RULE_IDS)
@@ -227,6 +229,7 @@ def load_rules_config(
         rules, raw_custom, raw_roles = _sections(data, where)
         for rid, section in rules.items():
             merged[rid].update(section)
+            origin.update({(rid, k): where for k in section})
         for role, names in _roles(raw_roles, where).items():
             extra_roles[role] = names + tuple(n for n in extra_roles.get(role, ()) if n not in names)
         custom.extend(_custom(raw_custom, where, taken))
@@ -234,6 +237,12 @@ def load_rules_config(
     built = {
         rid: build_model(RULE_MODELS[rid], merged[rid], layers[0][0], rid) for rid in RULE_IDS
     }
+    for rid, model in built.items():
+        # keys that are each valid but not together (checked once every layer is in)
+        bad = model.conflict() if hasattr(model, "conflict") else None
+        if bad is not None:
+            key, why = bad
+            raise ConfigError(f"{origin.get((rid, key), layers[0][0])}: {rid}.{key}: {why}")
     table = DEFAULT_ROLES.extended(extra_roles) if extra_roles else DEFAULT_ROLES
     return RulesConfig(
         rules=built,

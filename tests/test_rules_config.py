@@ -102,6 +102,17 @@ def test_every_rule_rejects_an_unknown_key_and_a_bad_value(tmp_path: Path) -> No
             load_rules_config(overrides={rid: {numeric[0]: "x"}})
 
 
+def test_keys_that_do_not_go_together_name_the_file_that_set_them(tmp_path: Path) -> None:
+    # the spike detector keeps `window` points: a longer recent level is refused, naming the
+    # file that set it; raising the window with it is fine
+    f = write(tmp_path, "step_time_outlier:\n  recent_points: 200\n")
+    with pytest.raises(ConfigError, match=r"rules\.yaml: step_time_outlier\.recent_points: must "
+                       r"be at most window \(128\), got 200$"):
+        load_rules_config(f)
+    ok = load_rules_config(f, overrides={"step_time_outlier": {"window": 256}})
+    assert ok.rules["step_time_outlier"].recent_points == 200
+
+
 def test_bad_yaml_names_file_and_line(tmp_path: Path) -> None:
     f = write(tmp_path, "loss_spike:\n  z_threshold: 6\n  window: [1, 2\nplateau: {}\n")
     with pytest.raises(ConfigError) as e:
