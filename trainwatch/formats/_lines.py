@@ -8,23 +8,12 @@ turns it into zero or more records for the :class:`~trainwatch.builder.BatchBuil
 
 from __future__ import annotations
 
-import time as _time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-from trainwatch.batch import RecordBatch
-from trainwatch.builder import BatchBuilder, StreamState
+from trainwatch.builder import BatchBuilder
 from trainwatch.formats._decode import SKIPPED, decode_or_report
-
-
-def split_lines(data: bytes) -> list[bytes]:
-    """Whole lines of ``data`` without their ends; CRLF and a missing final newline are fine."""
-    if b"\r" in data:
-        data = data.replace(b"\r\n", b"\n")
-    lines = data.split(b"\n")
-    if lines and not lines[-1]:
-        lines.pop()
-    return [ln[:-1] if ln.endswith(b"\r") else ln for ln in lines]
+from trainwatch.formats._textlines import TextLinesReader
 
 
 def rename_time(obj: dict[str, Any]) -> dict[str, Any]:
@@ -39,47 +28,25 @@ def rename_time(obj: dict[str, Any]) -> dict[str, Any]:
     return obj
 
 
-class JsonLinesReader:
+class JsonLinesReader(TextLinesReader):
     """Base of a ``lines`` reader whose lines are JSON objects with format-specific keys.
 
     Subclasses set ``format`` and implement :meth:`_handle`; they may override :meth:`reset`
     (calling this one) to clear their own bookkeeping.
     """
 
-    kind = "lines"
     format = "jsonl"
 
-    def __init__(self, source: str, *, clock: Callable[[], float] = _time.time) -> None:
-        self.source = source
-        self.clock = clock
-        self.state = StreamState()
-        self._meta: dict[str, Any] = {}
-        """Meta found in the current call; returned with its batch."""
-
-    def reset(self) -> None:
-        """The file was truncated or replaced: parse from the top again."""
-        self.state.reset()
-
-    def parse(self, data: bytes, first_line: int = 1, *, reset: bool = False) -> RecordBatch:
-        """Parse whole lines; ``first_line`` is the 1-based number of the first one."""
-        if reset:
-            self.reset()
-        builder = BatchBuilder(self.source, self.state, self.format, self.clock)
-        self._meta = {}
-        for i, line in enumerate(split_lines(data)):
-            line_no = first_line + i
-            if not line.strip():
-                continue
-            obj = decode_or_report(line, line_no, builder)
-            if obj is SKIPPED:
-                continue
-            if type(obj) is not dict:
-                builder.add_malformed(
-                    line_no, f"expected a JSON object, got {type(obj).__name__}; line skipped"
-                )
-                continue
-            self._handle(obj, line_no, builder)
-        return builder.build(reset=reset, meta=self._meta or None)
+    def _handle_line(self, line: bytes, line_no: int, builder: BatchBuilder) -> None:
+        obj = decode_or_report(line, line_no, builder)
+        if obj is SKIPPED:
+            return
+        if type(obj) is not dict:
+            builder.add_malformed(
+                line_no, f"expected a JSON object, got {type(obj).__name__}; line skipped"
+            )
+            return
+        self._handle(obj, line_no, builder)
 
     def _handle(self, obj: dict[str, Any], line_no: int, builder: BatchBuilder) -> None:
         raise NotImplementedError

@@ -14,7 +14,16 @@ from typing import Any
 
 from trainwatch.batch import RecordBatch
 from trainwatch.builder import BatchBuilder, StreamState
-from trainwatch.formats._lines import split_lines
+
+
+def split_lines(data: bytes) -> list[bytes]:
+    """Whole lines of ``data`` without their ends; CRLF and a missing final newline are fine."""
+    if b"\r" in data:
+        data = data.replace(b"\r\n", b"\n")
+    lines = data.split(b"\n")
+    if lines and not lines[-1]:
+        lines.pop()
+    return [ln[:-1] if ln.endswith(b"\r") else ln for ln in lines]
 
 
 class TextLinesReader:
