@@ -134,14 +134,14 @@ CHUNK = 256 << 10
 as it does on a long file or a live tail (a whole small file in one read is all slow path)."""
 
 
-def run_engine(run: SyntheticRun, cfg: Any, cost: Cost) -> list[Alert]:
-    """Parse the run's bytes (timed: the baseline), then feed it exactly as ``trainwatch check``
-    does (timed), finishing at the run's own clock."""
+def run_engine(run: SyntheticRun, cfg: Any, cost: Cost, chunk: int = CHUNK) -> list[Alert]:
+    """Parse the run's bytes in reads of ``chunk`` (timed: the baseline), then feed it exactly
+    as ``trainwatch check`` does (timed), finishing at the run's own clock."""
     data = run.jsonl()
     rank_data = {r: run.rank_jsonl(r) for r in run.ranks}
     t0 = time.perf_counter()
-    main = parse_chunks(data, f"{run.name}/metrics.jsonl", None, run.now, CHUNK)
-    ranks = {r: parse_chunks(d, f"{run.name}/metrics.rank{r}.jsonl", r, run.now, CHUNK)
+    main = parse_chunks(data, f"{run.name}/metrics.jsonl", None, run.now, chunk)
+    ranks = {r: parse_chunks(d, f"{run.name}/metrics.rank{r}.jsonl", r, run.now, chunk)
              for r, d in rank_data.items()}
     t1 = time.perf_counter()
     engine = RuleEngine(cfg, live=False)
@@ -169,18 +169,7 @@ def long_run_cost(cfg: Any, kinds: list[str]) -> Cost:
     runs = [fault_run(k, 0, n_before=LONG_BEFORE) for k in kinds]
     runs += [clean_run(s, n_steps=LONG_CLEAN) for s in (1, 2)]
     for run in runs:
-        data = run.jsonl()
-        rank_data = {r: run.rank_jsonl(r) for r in run.ranks}
-        t0 = time.perf_counter()
-        main = parse_chunks(data, f"{run.name}/metrics.jsonl", None, run.now, LONG_CHUNK)
-        ranks = {r: parse_chunks(d, f"{run.name}/metrics.rank{r}.jsonl", r, run.now, LONG_CHUNK)
-                 for r, d in rank_data.items()}
-        t1 = time.perf_counter()
-        engine = RuleEngine(cfg, live=False)
-        feed_run(engine, LoadedRun(Path(run.name), "jsonl", main, ranks), now=run.now)
-        cost.parse_s += t1 - t0
-        cost.rules_s += time.perf_counter() - t1
-        cost.steps += run.n_steps
+        run_engine(run, cfg, cost, chunk=LONG_CHUNK)
     return cost
 
 
