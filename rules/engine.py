@@ -294,7 +294,9 @@ class RuleEngine:
 
 _RESOLVED: dict[tuple[int, frozenset[str]], tuple[RoleTable, dict[str, str]]] = {}
 """Roles resolved from a table and a set of names (every engine of a backfill of many runs with
-the same metrics asks the same question)."""
+the same metrics asks the same question). Shared by every engine, on any thread: a lookup and a
+store are single dict operations (atomic under the GIL), an entry holds its table so the id in
+its key is never reused, and callers get a copy of the roles."""
 
 
 def _resolve(table: RoleTable, names: set[str]) -> dict[str, str]:

@@ -248,6 +248,10 @@ class LrExhaustedRule(Rule):
         )
 
 
+_NO_RUNS = np.empty(0, dtype=np.int64)
+_NO_RUNS.flags.writeable = False
+
+
 def runs_of(cond: np.ndarray, carried: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(run length at each point (0 where False), run index per point, index of each run
     started here): :func:`~trainwatch.rules.stats.true_runs` plus the starts, from the change
@@ -255,8 +259,8 @@ def runs_of(cond: np.ndarray, carried: int) -> tuple[np.ndarray, np.ndarray, np.
     segments: the work per segment is on small arrays, and on the points it is a few passes."""
     n = cond.shape[0]
     if n == 0 or not cond.any():  # (every length and run index 0)
-        zeros = np.zeros(n, dtype=np.int64)
-        return zeros, zeros, zeros[:0]
+        # separate arrays: a caller may write into one
+        return np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64), _NO_RUNS
     seg = np.flatnonzero(cond[1:] != cond[:-1]) + 1
     seg = np.concatenate(([0], seg))  # first index of each segment of equal values
     val = cond[seg]
