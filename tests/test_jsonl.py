@@ -82,6 +82,29 @@ def test_invalid_utf8_and_huge_lines_are_reported_not_fatal():
     assert "limit" in reasons[3]
 
 
+@pytest.mark.parametrize("other", [b'{"step": 2, "loss": 3.0, "acc": 1}', b'{"step": 2, "loss": 3.0, "new": 1}'])
+@pytest.mark.parametrize("loss", [b"1.0", b"NaN"])
+@pytest.mark.parametrize("end", [b"\n", b"\r\n", b"\n-final"])
+def test_a_line_over_the_limit_is_malformed_on_every_path(other, loss, end):
+    """Whitespace padding makes a plain record as long as any: past MAX_LINE_BYTES it is skipped
+    whichever path meets it (column decode, token lines, line by line), at the limit it is not."""
+    p = JsonlParser("t", clock=lambda: 0.0)
+    p.parse(b'{"step": 0, "loss": 2.0, "acc": 1}\n')  # a learnt schema: the fast paths are open
+    end, last = (b"\n", b"") if end == b"\n-final" else (end, end)  # final: no newline
+
+    def line(size: int) -> bytes:
+        head, tail = b'{"step": 1, "loss": ' + loss, b', "acc": 1}'
+        return head + b" " * (size - len(head) - len(tail)) + tail
+
+    plain = other + end
+    b = p.parse(plain + line(MAX_LINE_BYTES + 1) + last, first_line=2)
+    assert [m.line for m in b.malformed] == [3] and "limit" in b.malformed[0].reason
+    assert b.series["loss"].values.tolist() == [3.0]
+    b = p.parse(plain + line(MAX_LINE_BYTES) + last, first_line=4)
+    assert not b.malformed
+    np.testing.assert_array_equal(b.series["loss"].values, [3.0, float(loss)])
+
+
 def test_crlf_and_blank_lines():
     (b,) = parse_all(b'{"step": 1, "loss": 1}\r\n\r\n   \n{"step": 2, "loss": 2}\r\n')
     assert b.series["loss"].values.tolist() == [1.0, 2.0]

@@ -14,6 +14,7 @@ import json
 import math
 import random
 from pathlib import Path
+from typing import NamedTuple
 
 import msgspec
 import numpy as np
@@ -28,7 +29,7 @@ LONG_KEY = "a_metric_name_longer_than_thirty_one_bytes"
 
 def _anomaly(rng: random.Random, step: int, plain: str) -> list[str]:
     """One odd line (or two, for a record cut in half) in place of ``plain``."""
-    kind = rng.randrange(24)
+    kind = rng.randrange(25)
     if kind == 0:
         return [plain.replace('"loss": ', '"loss": NaN, "x": ', 1)]
     if kind == 1:
@@ -78,6 +79,9 @@ def _anomaly(rng: random.Random, step: int, plain: str) -> list[str]:
         return [plain.replace("}", ', "loss": NaN}')]  # a duplicate key: the last one wins
     if kind == 22:
         return [json.dumps({"step": step, "time": math.inf, "loss": 1.0})]
+    if kind == 23:  # a repeated key whose last value equals a token's sentinel
+        real = rng.choice(["7e9", "9.87e+22", "7000000000"])
+        return [plain.replace("}", f', "loss": {rng.choice(["NaN", "Infinity"])}, "loss": {real}}}')]
     return [json.dumps({"step": step, "loss": True})]
 
 
@@ -94,12 +98,26 @@ def mostly_plain(rng: random.Random, n: int, odd: float) -> bytes:
     return (data if rng.random() < 0.5 else data + "\n").encode()
 
 
-def reference(data: bytes) -> tuple[dict[str, list[tuple[int, float]]], list[int], int]:
-    """(series -> [(step, value)], malformed line numbers, records) with the stdlib, per line."""
+class Reference(NamedTuple):
+    """What a stdlib parse of the whole file, one line at a time, gives."""
+
+    series: dict[str, list[tuple[int, float]]]
+    """key -> [(step, value)] in record order."""
+    bad: list[int]
+    """Malformed line numbers, in order."""
+    records: list[tuple[int, int, int]]
+    """(line, step, segment) per record (events included), in line order."""
+    rewinds: list[tuple[int, int, int, int]]
+    """(line, from step, to step, new segment)."""
+    events: list[tuple[str, int, int]]
+    """(name, step, line)."""
+
+
+def reference(data: bytes) -> Reference:
+    """The records of ``data`` per docs/format.md, with the stdlib and no trainwatch code."""
     nonfinite = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf, "infinity": math.inf}
-    series: dict[str, list[tuple[int, float]]] = {}
-    bad: list[int] = []
-    index = 0
+    ref = Reference({}, [], [], [], [])
+    index, segment, last = 0, 0, None
     lines = data.split(b"\n")
     if data.endswith(b"\n"):
         lines.pop()
@@ -110,40 +128,56 @@ def reference(data: bytes) -> tuple[dict[str, list[tuple[int, float]]], list[int
         try:
             rec = json.loads(ln)
         except ValueError:
-            bad.append(no)
+            ref.bad.append(no)
             continue
         if type(rec) is not dict:
-            bad.append(no)
+            ref.bad.append(no)
             continue
         s = rec.get("step")
         if type(s) is float and math.isfinite(s):
             s = int(s)
+        if rec.get("event") is not None:
+            # the generator's events all have a step; without one they take the metric one before
+            step = s if type(s) is int else (0 if last is None else last)
+            index += 1
+            ref.records.append((no, step, segment))
+            ref.events.append((rec["event"], step, no))
+            continue
         step = s if type(s) is int else index
         index += 1
-        if "event" in rec:
-            continue
+        if last is not None and step < last:
+            segment += 1
+            ref.rewinds.append((no, last, step, segment))
+        last = step
+        ref.records.append((no, step, segment))
         for k, v in rec.items():
             if k in ("step", "time", "rank") or type(v) is bool:
                 continue
             if type(v) in (int, float):
-                series.setdefault(k, []).append((step, float(v)))
+                ref.series.setdefault(k, []).append((step, float(v)))
             elif type(v) is str and v.lower() in nonfinite:
-                series.setdefault(k, []).append((step, nonfinite[v.lower()]))
-    return series, bad, index
+                ref.series.setdefault(k, []).append((step, nonfinite[v.lower()]))
+    return ref
 
 
 def same_as_reference(batches: list, data: bytes) -> None:
-    ref, bad, n = reference(data)
+    """Series, record order, steps, segments, rewinds, events and malformed lines all equal."""
+    ref = reference(data)
     got: dict[str, list[tuple[int, float]]] = {}
     for b in batches:
         for k, ch in b.series.items():
             got.setdefault(k, []).extend(zip(ch.steps.tolist(), ch.values.tolist()))
-    assert set(got) == set(ref)
-    for k, pts in ref.items():
+    assert set(got) == set(ref.series)
+    for k, pts in ref.series.items():
         assert [s for s, _ in got[k]] == [s for s, _ in pts], k
         np.testing.assert_array_equal([v for _, v in got[k]], [v for _, v in pts], err_msg=k)
-    assert sorted(m.line for b in batches for m in b.malformed) == bad
-    assert sum(b.n_records for b in batches) == n
+    assert [m.line for b in batches for m in b.malformed] == ref.bad
+    assert sum(b.n_records for b in batches) == len(ref.records)
+    assert [s for b in batches for s in b.steps.tolist()] == [s for _, s, _ in ref.records]
+    assert [g for b in batches for g in b.segments.tolist()] == [g for _, _, g in ref.records]
+    rewinds = [(r.line, r.from_step, r.to_step, r.segment) for b in batches for r in b.rewinds]
+    assert rewinds == ref.rewinds
+    assert [(e.name, e.step, e.line) for b in batches for e in b.events] == ref.events
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -153,8 +187,57 @@ def test_fast_path_matches_the_reference_however_the_file_is_read(seed: int, tmp
     same_as_reference([JsonlParser("t", clock=lambda: 0.0).parse(data)], data)
     f = tmp_path / "m.jsonl"
     f.write_bytes(data)
-    for chunk in (rng.randint(1, 200), rng.randint(200, 5000), rng.randint(5000, 60000)):
+    for chunk in (97, rng.randint(1, 200), rng.randint(200, 5000), rng.randint(5000, 60000)):
         same_as_reference(read_file(f, chunk_bytes=chunk), data)
+
+
+def short_lines(rng: random.Random, n: int) -> bytes:
+    """Short records, many with NaN/Infinity, some with a new key, some stepping back, a few
+    events and bad lines: a 97-byte chunk then holds a few lines of which often none is plain."""
+    lines: list[str] = []
+    for i in range(n):
+        u = rng.random()
+        if u < 0.02:
+            lines.append(json.dumps({"event": "ckpt", "step": i}))
+            continue
+        if u < 0.03:
+            lines.append(rng.choice(["garbage", "", "[1]"]))
+            continue
+        rec: dict = {"step": i if rng.random() > 0.05 else max(0, i - 7)}
+        for k in ("loss", "acc"):
+            v = rng.random()
+            if v < 0.7:
+                rec[k] = rng.choice([math.nan, math.inf, -math.inf]) if v < 0.25 else round(v, 3)
+        if rng.random() < 0.08:
+            rec[f"new{rng.randrange(40)}"] = 1
+        lines.append(json.dumps(rec))
+    return ("\n".join(lines) + rng.choice(["", "\n"])).encode()
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_short_token_lines_keep_their_order_in_small_chunks(seed: int, tmp_path: Path) -> None:
+    """A chunk's token lines are parsed after its other lines; the batch must still be in line
+    order (it was not when no line of the chunk took the column path: a false rewind)."""
+    rng = random.Random(500 + seed)
+    data = short_lines(rng, 400)
+    f = tmp_path / "m.jsonl"
+    f.write_bytes(data)
+    for chunk in (97, rng.randint(40, 300), 1 << 20):
+        same_as_reference(read_file(f, chunk_bytes=chunk), data)
+
+
+def test_token_line_before_a_chunk_of_new_keys_is_not_a_rewind() -> None:
+    p = JsonlParser("t", clock=lambda: 0.0)
+    p.parse(b'{"step": 9, "loss": 1.0}\n')
+    b = p.parse(b'{"step": 10, "loss": NaN}\n{"step": 11, "loss": 1.0, "val_loss": 2.0}\n', 2)
+    assert b.steps.tolist() == [10, 11]
+    assert b.segments.tolist() == [0, 0] and not b.rewinds
+    np.testing.assert_array_equal(b.series["loss"].values, [np.nan, 1.0])
+    # events too stay in line order when the token line is an event
+    chunk = b'{"step": 12, "new": 1}\n{"event": "eval", "x": NaN}\n{"event": "save"}\n{"step": 13, "b": 1}\n'
+    b = p.parse(chunk, 4)
+    assert b.steps.tolist() == [12, 12, 12, 13] and not b.rewinds
+    assert [(e.name, e.line) for e in b.events] == [("eval", 5), ("save", 6)]
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -236,6 +319,81 @@ def test_tokens_take_the_fast_path_and_real_sentinel_values_stay_real() -> None:
         b = p.parse(chunk, first_line=10)
         assert [m.line for m in b.malformed] == [10]
         assert b.series["loss"].values.tolist() == [real]
+
+
+def test_tokens_refuse_a_schema_whose_keys_hold_a_token_or_sentinel_text() -> None:
+    """A token inside a key is overwritten too: "NaN" -> "7e9". Were "7e9" a known key, the
+    record would decode with the wrong key; with such a schema the token path is off."""
+    for known, key in (("7e9", "NaN"), ("x9.87e+22", "xInfinity"), ("NaN_count", "NaN_count"),
+                       ("a:b", "a:b")):
+        p = JsonlParser("t", clock=lambda: 0.0)
+        p.parse(b'{"step": 0, "%s": 1.0}\n' % known.encode())
+        assert p._schema is not None and not p._schema.tokens_ok
+        data = b'{"step": 1, "%s": 7e9}\n{"step": 2, "%s": NaN}\n' % (key.encode(), known.encode())
+        assert p._schema.decode(data) is None
+        b = p.parse(data, 2)
+        assert b.series[key].values.tolist()[0] == 7e9
+        assert np.isnan(b.series[known].values[-1])
+    schema = fast.FastSchema(["step", "time", "loss"])
+    assert schema.tokens_ok
+    # a token in an unknown key: the rewritten key is unknown too, and the decode fails
+    assert schema.decode(b'{"step": 1, "NaN": 7e9}\n') is None
+
+
+def test_a_repeated_key_cannot_hide_a_token_behind_a_real_sentinel_value() -> None:
+    """msgspec keeps a repeated key's last value: "loss": NaN, "loss": 7e9 would leave one
+    sentinel for one token, and the token's NaN would replace the real 7e9."""
+    p = JsonlParser("t", clock=lambda: 0.0)
+    p.parse(b'{"step": 0, "loss": 1.0, "acc": 1.0}\n')
+    schema = p._schema
+    assert schema is not None
+    for line, loss in (
+        (b'{"step": 1, "loss": NaN, "loss": 7e9, "acc": 1}', 7e9),
+        (b'{"step": 1, "loss": Infinity, "loss": 9.87e+22, "acc": 1}', 9.87e22),
+        (b'{"step": 1, "loss": -Infinity, "loss": -9.87e+22, "acc": 1}', -9.87e22),
+        (b'{"step": 1, "acc": NaN, "loss": 2, "loss": 7e9}', 7e9),  # on the token's line ...
+        (b'{"step": 1, "loss": NaN, "loss": 2, "acc": 1}', 2.0),
+    ):
+        chunk = line + b'\n{"step": 2, "loss": 3, "acc": 4}\n'
+        assert schema.decode(chunk) is None
+        b = p.parse(chunk, 2)
+        assert b.series["loss"].values.tolist() == [loss, 3.0]
+    # ... or on another line: the token's line lost its sentinel, another line has a real one
+    chunk = b'{"step": 1, "loss": NaN, "loss": 2, "acc": 1}\n{"step": 2, "loss": 7e9, "acc": 4}\n'
+    assert schema.decode(chunk) is None
+    assert p.parse(chunk, 4).series["loss"].values.tolist() == [2.0, 7e9]
+    # colons inside strings are not pairs: a schema key never holds one, so only a key made
+    # unknown could, and that line fails the decode anyway
+    assert schema.decode(b'{"step": 1, "loss": NaN, "a:c": 1}\n') is None
+    block = schema.decode(b'{"step": 1, "loss": NaN}\n{"acc": Infinity}')
+    assert block is not None and block.lines == 2
+
+
+def test_decode_refuses_a_line_over_the_length_limit() -> None:
+    """Padding or repeated keys make a line the Struct accepts longer than MAX_LINE_BYTES; the
+    careful path reports it, so the fast path must not take the chunk."""
+    schema = fast.FastSchema(["step", "time", "loss", "acc"])
+    limit = fast.MAX_LINE_BYTES
+    ok = b'{"step": 0, "loss": 2.0}\n'
+
+    def line(size: int, loss: bytes = b"1.0") -> bytes:
+        head, tail = b'{"step": 1, "loss": ' + loss, b', "acc": 1}'
+        return head + b" " * (size - len(head) - len(tail)) + tail
+
+    assert len(line(limit)) == len(line(limit, b"NaN")) == limit
+    too_long = (
+        ok + line(limit + 1) + b"\n" + ok,
+        ok + line(limit + 1),  # the final line, without a newline
+        line(limit + 1) + b"\n",  # the first line
+        ok + line(limit + 1, b"NaN") + b"\n",  # on the token path
+        ok + b'{"step": 1, ' + b'"loss": 1, ' * (limit // 11) + b'"acc": 1}\n',  # repeated keys
+    )
+    for data in too_long:
+        assert schema.decode(data) is None
+    for data in (ok + line(limit) + b"\n" + ok, ok + line(limit), ok + line(limit, b"NaN")):
+        block = schema.decode(data)
+        assert block is not None and block.lines == 2 + data.endswith(ok)
+        assert block.columns["acc"][1] == 1.0
 
 
 @pytest.mark.parametrize("n_keys", [1, 15, 16, 40])

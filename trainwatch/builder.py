@@ -253,7 +253,6 @@ class BatchBuilder:
     # ------------------------------------------------------------------ building
     def build(self, *, reset: bool = False, meta: Mapping[str, Any] | None = None) -> RecordBatch:
         st = self.state
-        g_n = len(self._g_pos)
         g_off = self._n_records  # generic records sit after the fast blocks before ordering
         pos = np.concatenate(self._pos + [np.asarray(self._g_pos, dtype=np.int64)])
         line = np.concatenate(self._line + [np.asarray(self._g_line, dtype=np.int64)])
@@ -262,8 +261,9 @@ class BatchBuilder:
         is_event = np.concatenate(self._is_event + [np.asarray(self._g_event, dtype=bool)])
         n = int(pos.shape[0])
 
-        # order records by position (only needed when fast and generic records interleave)
-        if n and self._pos and g_n and not np.all(pos[1:] >= pos[:-1]):
+        # order records by position: fast blocks and generic lines interleave, and the JSONL
+        # parser adds a chunk's token lines after its clean lines, whichever path those took
+        if n > 1 and not np.all(pos[1:] >= pos[:-1]):
             order = np.argsort(pos, kind="stable")
             rank_of = np.empty(n, dtype=np.int64)
             rank_of[order] = np.arange(n)
@@ -361,11 +361,16 @@ class BatchBuilder:
                 segments=segments[rows],
             )
 
-        events: list[Event] = []
+        # events and notes in record order too: the generic records were not added in it
+        events: list[tuple[int, Event]] = []
         for gi, name, _s, _t, ln, fields in self._events:
             r = int(remap(np.asarray([gi + g_off]))[0])
-            events.append(Event(name, int(steps_i[r]), float(times[r]), ln, fields))
-        notes = tuple((int(remap(np.asarray([gi + g_off]))[0]), f) for gi, f in self._notes)
+            events.append((r, Event(name, int(steps_i[r]), float(times[r]), ln, fields)))
+        if rank_of is not None:
+            events.sort(key=lambda e: e[0])
+        notes = [(int(remap(np.asarray([gi + g_off]))[0]), f) for gi, f in self._notes]
+        if rank_of is not None:
+            notes.sort(key=lambda nt: nt[0])
 
         batch = RecordBatch(
             source=self.source,
@@ -374,8 +379,8 @@ class BatchBuilder:
             times=times,
             segments=segments,
             series=series,
-            events=tuple(events),
-            notes=notes,
+            events=tuple(e for _, e in events),
+            notes=tuple(notes),
             malformed=tuple(sorted(self.malformed, key=lambda m: m.line)),
             rewinds=tuple(rewinds),
             rank=st.rank,

@@ -28,6 +28,8 @@ from typing import Any, NamedTuple
 import msgspec
 import numpy as np
 
+from trainwatch.formats._decode import MAX_LINE_BYTES
+
 PIECE_BYTES = 256 << 10
 """Bytes decoded per ``decode_lines`` call: the decoded objects of a piece stay in cache."""
 
@@ -38,10 +40,12 @@ _INF_TEXT = b"9.87e+22"
 _NAN_VALUE = msgspec.json.decode(_NAN_TEXT, type=float)
 _INF_VALUE = msgspec.json.decode(_INF_TEXT, type=float)
 _TOKENS = ("NaN", "Infinity")
+_KEY_FREE_TEXTS = (*_TOKENS, _NAN_TEXT.decode(), _INF_TEXT.decode(), ":")
+"""Texts no schema key may hold for the token path: see ``FastSchema.tokens_ok``."""
 _NUMBER_CHAR = np.zeros(256, dtype=bool)
 _NUMBER_CHAR[list(b"0123456789.eE+-")] = True
 
-_NL, _CR, _CLOSE = 0x0A, 0x0D, 0x7D  # "\n", "\r", "}"
+_NL, _CR, _CLOSE, _COLON = 0x0A, 0x0D, 0x7D, 0x3A  # "\n", "\r", "}", ":"
 
 
 class FastBlock(NamedTuple):
@@ -79,8 +83,10 @@ class FastSchema:
         """One record per call (``decode``) or many, separated by whitespace (``decode_lines``)."""
         self.many = msgspec.json.Decoder(list[struct])
         """A JSON array of records (the careful path joins selected lines into one)."""
-        self.tokens_ok = not any(tok in k for k in keys for tok in _TOKENS)
-        """False when a key holds "NaN" or "Infinity": replacing tokens would change the key."""
+        self.tokens_ok = not any(t in k for k in keys for t in _KEY_FREE_TEXTS)
+        """False when a key holds a token or a sentinel text, or a colon. Then a token inside a key
+        could turn it into a known key (``"NaN"`` -> ``"7e9"``); otherwise the rewritten key is
+        unknown and the decode fails. A colon would spoil the count of key/value pairs."""
         self._encoder = msgspec.msgpack.Encoder()
         self._row = attrgetter(*names)
         self._layout = _row_layout(struct, keys, self._encoder)
@@ -90,18 +96,22 @@ class FastSchema:
         """The records of ``buf`` as columns when every line is one record this schema accepts.
 
         ``buf`` is any bytes-like object; it is only read, and nothing returned refers to it.
-        None when any line needs another path.
+        None when any line needs another path, a line longer than ``MAX_LINE_BYTES`` included
+        (padding or repeated keys make one that the Struct accepts; the careful path reports it).
 
         Bare ``NaN``/``Infinity`` tokens are decoded from a copy in which each one is overwritten
         by a sentinel number. That is exact because (1) each token must stand alone, with no
         number character on either side (the minus of ``-Infinity`` aside), so it turns into one
-        whole number and nothing else turns into one; and (2) the decoded sentinels must be
-        exactly as many as the tokens, so a real value equal to a sentinel sends the chunk back
-        to the careful path instead of becoming a NaN.
+        whole number and nothing else turns into one; (2) no schema key holds a token or a
+        sentinel text (``tokens_ok``), so a token inside a key makes an unknown key and fails the
+        decode; (3) no line repeats a key (the chunk's pairs, counted by its colons, are as many
+        as the fields decoded), so every token's value is in the columns; and (4) the decoded
+        sentinels must be exactly as many as the tokens, so a real value equal to a sentinel
+        sends the chunk back to the careful path instead of becoming a NaN.
         """
         arr = np.frombuffer(buf, dtype=np.uint8)
         ends = record_line_ends(arr) if arr.shape[0] else None
-        if ends is None:
+        if ends is None or _longest_line(ends, int(arr.shape[0])) > MAX_LINE_BYTES:
             return None
         n_lines = int(ends.shape[0]) + int(arr[-1] != _NL)  # a final line without a newline
         cols = self._decode_lines(arr, ends, n_lines)
@@ -122,19 +132,28 @@ class FastSchema:
         if cols is None:
             return None
         present: dict[str, np.ndarray] = {}
-        seen_nan = seen_inf = 0
+        seen_nan = seen_inf = fields = 0
         for k, col in cols.items():
+            has = ~np.isnan(col)  # where the record had the key: no value decodes to NaN
+            fields += int(np.count_nonzero(has))
             is_nan = col == _NAN_VALUE
             is_inf = np.abs(col) == _INF_VALUE
             c_nan, c_inf = int(np.count_nonzero(is_nan)), int(np.count_nonzero(is_inf))
             if c_nan:
-                present[k] = ~np.isnan(col)
+                present[k] = has
                 col[is_nan] = np.nan
                 seen_nan += c_nan
             if c_inf:
                 col[is_inf] = np.copysign(np.inf, col[is_inf])
                 seen_inf += c_inf
         if seen_nan != nan_at.shape[0] or seen_inf != inf_at.shape[0]:
+            return None
+        # A repeated key keeps its last value, so a token's value could vanish and a real value
+        # equal to its sentinel take its place in the count above. Every string on a line the
+        # Struct took is a key, and no key of a schema with tokens_ok holds a colon, so the
+        # chunk's colons are its key/value pairs: as many as the fields decoded unless a line
+        # repeats a key (each line has at least as many pairs as fields, so totals suffice).
+        if int(np.count_nonzero(arr == _COLON)) != fields:
             return None
         return FastBlock(n_lines, cols, present)
 
@@ -216,6 +235,17 @@ def record_line_ends(arr: np.ndarray) -> np.ndarray | None:
         if crlf[0] < 2 or not ((arr[crlf - 1] == _CR) & (arr[crlf - 2] == _CLOSE)).all():
             return None
     return ends
+
+
+def _longest_line(ends: np.ndarray, size: int) -> int:
+    """Bytes in the longest line of a buffer of ``size`` bytes with newlines at ``ends``, not
+    counting its newline (a ``\r`` before it counts: at worst a line at the limit is refused)."""
+    if size <= MAX_LINE_BYTES:
+        return size  # no line can be longer than the buffer: skip the scan
+    if not ends.shape[0]:
+        return size
+    last = size - int(ends[-1]) - 1  # a final line without a newline
+    return max(int(ends[0]), int(np.diff(ends).max(initial=1)) - 1, last)
 
 
 def _token_starts(arr: np.ndarray, token: bytes) -> np.ndarray:

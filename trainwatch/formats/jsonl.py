@@ -155,6 +155,12 @@ class JsonlParser:
 
     def _token_lines(self, items: list[tuple[int, bytes]], builder: BatchBuilder) -> None:
         """Lines with NaN/Infinity tokens: one stdlib decode for all of them, per line on error."""
+        if any(len(ln) > MAX_LINE_BYTES for _, ln in items):
+            # the joined decode would take a line the careful path skips: that one is reported
+            long = [(no, ln) for no, ln in items if len(_line_body(ln)) > MAX_LINE_BYTES]
+            items = [(no, ln) for no, ln in items if len(_line_body(ln)) <= MAX_LINE_BYTES]
+            for line_no, ln in long:
+                builder.add_malformed(line_no, too_long(_line_body(ln)))
         if not items:
             return
         try:
@@ -163,7 +169,7 @@ class JsonlParser:
                 raise ValueError("line count mismatch")
         except (ValueError, RecursionError):
             for line_no, ln in items:
-                self._parse_one(ln, line_no, builder)
+                self._parse_one(_line_body(ln), line_no, builder)
             return
         for (line_no, _), obj in zip(items, objs):
             builder.add_record(obj, line_no, line_no)
@@ -179,8 +185,8 @@ class JsonlParser:
         """The common case: every line is a plain record of known keys. One decode, no split.
 
         Returns the number of lines, or None (having added nothing) when any line needs the
-        careful path: an event, a new key, an empty line, a malformed line. A line the Struct
-        accepts cannot be anywhere near MAX_LINE_BYTES, so the length limit needs no check here.
+        careful path: an event, a new key, an empty line, a malformed line, a line longer than
+        MAX_LINE_BYTES (:meth:`FastSchema.decode` refuses those).
         ``numbers`` are the lines' own numbers when they are not consecutive from ``first_line``.
         """
         schema = self._schema
@@ -267,6 +273,13 @@ def _fast_key_ok(key: str) -> bool:
     """msgspec cannot name a field with a quote, backslash or control character: such keys (odd,
     but legal JSON) stay on the generic path rather than break the fast one."""
     return not any(ch in '"\\' or ord(ch) < 0x20 for ch in key)
+
+
+def _line_body(line: bytes) -> bytes:
+    """A line without its ``\n`` or ``\r\n``: what the careful path measures and decodes."""
+    if line.endswith(b"\n"):
+        return line[:-2] if line.endswith(b"\r\n") else line[:-1]
+    return line.rstrip(b"\r")  # the chunk's last line: the careful path strips every "\r"
 
 
 def _token_line_spans(data: bytes) -> list[tuple[int, int]]:
