@@ -86,10 +86,19 @@ class DivergenceRule(LossBlockRule):
             self._note_best(med, step)
         return hit
 
+    def _ready(self) -> bool:
+        # (the warm-up too is taken in one step: its blocks only lower the best)
+        return self.fast
+
     def _quiet_prefix(self, b: Blocks, i: int, j: int) -> int:
         """Take in one step the blocks from ``i`` on (before ``j``) with no rise (the common
-        case), as :meth:`_block` would. Returns how many were taken."""
+        case), the warm-up's first, as :meth:`_block` would. Returns how many were taken."""
         cfg: DivergenceConfig = self.cfg
+        w = min(j - i, max(cfg.warmup_windows - self.nblk, 1 if self.best is None else 0))
+        if w:  # warm-up: each block only lowers the best
+            self.nblk += w
+            self._note_best_of(b, i, b.med[i:i + w])
+            return w + self._quiet_prefix(b, i + w, j) if i + w < j else w
         med = b.med[i:j]
         n = med.shape[0]
         best = np.minimum.accumulate(np.concatenate(([self.best], med)))[:-1]
