@@ -2,9 +2,19 @@
 
 The loss is smoothed into block medians of ``window`` points (shared with other rules, see
 :func:`~trainwatch.rules.blocks.shared_blocks`); a block at least ``rise`` (or ``noise_factor``
-standard errors of a block median, for noisy losses) above the best one, for ``windows`` blocks in
+times the noise of a block median, for noisy losses) above the best one, for ``windows`` blocks in
 a row, is a warning; ``error_rise`` above the best, or past an absolute ``cap``, is an error at
 once. Runs of quiet blocks are taken in one vectorised step.
+
+The noise of a block median is the larger of two estimates: the standard error from the block's
+own spread (:mod:`~trainwatch.rules.blocks`), and the scatter *between* consecutive block medians
+(:func:`block_scatter`). The first assumes independent points; a loss whose points are correlated
+(a recurrent model carrying its state, a data order with structure) or that wanders around its
+level scatters from block to block several times more than that (3x on the demo's LSTM), and the
+best block, the lowest of many noisy ones, sits that much lower by luck: without the second
+estimate a flat noisy loss "diverged" from its luckiest block. For the same reason the best is
+taken over the median of each three consecutive blocks (:func:`block_levels`), not over single
+blocks.
 """
 
 from __future__ import annotations
@@ -14,9 +24,66 @@ import math
 import numpy as np
 
 from trainwatch.rules.base import Context, Frame, Hit, fmt, pct, r6
-from trainwatch.rules.blocks import Blocks, LossBlockRule
+from trainwatch.rules.blocks import Blocks, LossBlockRule, shared_blocks
 from trainwatch.rules.models import DivergenceConfig
-from trainwatch.rules.stats import median
+from trainwatch.rules.stats import median, median_sorted, small_median, windows
+
+SCATTER_BLOCKS = 16
+"""Consecutive-block jumps the between-block scatter is the median of."""
+_MIN_JUMPS = 4
+"""Fewer jumps than this: no scatter estimate yet (0)."""
+_JUMP_TO_SIGMA = 1.0484
+"""median |x - y| of two independent normal values is 0.6745 sqrt(2) sigma."""
+
+
+def block_scatter(prev: float | None, jumps: np.ndarray, med: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """The between-block noise of each block median in ``med``, relative to its level, and the
+    jumps to carry to the next call.
+
+    A block's jump is ``|m - m_prev| / |m_prev|`` (none for the first block of a segment); its
+    scatter is 1.0484 x the median of its own and the previous jumps, ``SCATTER_BLOCKS`` at most,
+    which estimates the standard deviation of a block median around a slowly moving level.
+    ``prev`` is the block before ``med`` (None at a segment's start), ``jumps`` the carried ones.
+    """
+    seq = med if prev is None else np.concatenate(([prev], med))
+    base = np.abs(seq[:-1])
+    new = np.abs(np.diff(seq)) / np.where(base > 0, base, 1.0)
+    allj = np.concatenate((jumps, new)) if jumps.shape[0] else new
+    h = jumps.shape[0]
+    # jumps up to and including block k's own: h + k + 1 (h + k when the segment starts here)
+    ends = np.arange(med.shape[0]) + h + (0 if prev is None else 1)
+    out = np.zeros(med.shape[0])
+    full = ends >= SCATTER_BLOCKS
+    if full.any():
+        rows = np.sort(windows(allj, SCATTER_BLOCKS)[ends[full] - SCATTER_BLOCKS], axis=1)
+        out[full] = median_sorted(rows)
+    vals = allj.tolist()
+    for k in np.flatnonzero(~full & (ends >= _MIN_JUMPS)).tolist():
+        out[k] = small_median(vals[:ends[k]])
+    out *= _JUMP_TO_SIGMA
+    return out, allj[-(SCATTER_BLOCKS - 1):]
+
+
+LEVEL_BLOCKS = 3
+"""Consecutive block medians whose median is a level the best is taken from."""
+
+
+def block_levels(prev: list[float], med: np.ndarray) -> np.ndarray:
+    """The level at each block of ``med``: the median of it and the ``LEVEL_BLOCKS - 1`` blocks
+    before it (fewer at a segment's start); ``prev`` holds the blocks before ``med``."""
+    p = len(prev)
+    seq = np.concatenate((prev, med)) if p else med
+    out = np.empty(med.shape[0])
+    w = LEVEL_BLOCKS
+    full = max(0, min(med.shape[0], med.shape[0] + p - (w - 1)))
+    """Blocks with w values up to them: the last ``full`` ones."""
+    if full:
+        out[med.shape[0] - full:] = median_sorted(np.sort(windows(seq, w)[-full:], axis=1))
+    vals = seq.tolist()
+    for k in range(med.shape[0] - full):
+        out[k] = small_median(vals[:p + k + 1])
+    return out
 
 
 class DivergenceRule(LossBlockRule):
@@ -28,6 +95,14 @@ class DivergenceRule(LossBlockRule):
 
     def rewind(self) -> None:
         self._rewind_blocks()
+        self._prev_med: float | None = None
+        self._jumps = np.empty(0)
+        self._scatter = np.empty(0)
+        """Between-block noise of each block of the frame being driven (see block_scatter)."""
+        self._last: list[float] = []
+        self._level = np.empty(0)
+        """The level (see block_levels) at each block of the frame being driven: what the best
+        is the lowest of."""
         self.up = 0
         self.quiet = 0
         self.active = False
@@ -36,6 +111,18 @@ class DivergenceRule(LossBlockRule):
         """After an alert, a best below this re-arms the rule: a loss that stays flat and noisy
         around the same level is the same story, not a new divergence (it fired again and again
         before), and only real progress (``rise`` below the best at the alert) starts a new one."""
+
+    def update(self, frame: Frame) -> list[Hit]:
+        b = shared_blocks(self.ctx, frame, "loss", self.cfg.window)
+        if not len(b):
+            return []
+        # a pure function of the block medians: computed once for the frame, read alike by the
+        # per-block reference and the vectorised step
+        self._scatter, self._jumps = block_scatter(self._prev_med, self._jumps, b.med)
+        self._prev_med = float(b.med[-1])
+        self._level = block_levels(self._last, b.med)
+        self._last = (self._last + b.med[-(LEVEL_BLOCKS - 1):].tolist())[-(LEVEL_BLOCKS - 1):]
+        return self._drive(frame, b)
 
     def _new_best(self, med: float) -> None:
         if self.rearm_below is not None and med < self.rearm_below:
@@ -46,18 +133,19 @@ class DivergenceRule(LossBlockRule):
         """One block, the reference."""
         cfg: DivergenceConfig = self.cfg
         self.nblk += 1
+        level = float(self._level[i])
         if self.best is None or self.nblk <= cfg.warmup_windows:
-            self._note_best(med, step)
+            self._note_best(level, step)
             return None
         best = self.best
-        if med < best and (cfg.cap is None or med <= cfg.cap):  # a new low: nothing to check
+        if med < best and (cfg.cap is None or med <= cfg.cap):  # below the best: nothing to check
             self.up = 0
             self.quiet += 1
             if self.active and self.quiet >= 2:
                 self.active = False
-            self._note_best(med, step)
+            self._note_best(level, step)
             return None
-        rise = max(cfg.rise, cfg.noise_factor * noise)
+        rise = max(cfg.rise, cfg.noise_factor * max(noise, float(self._scatter[i])))
         up = med >= best + rise * abs(best)
         capped = cfg.cap is not None and med > cfg.cap
         err = capped or med >= best + cfg.error_rise * abs(best)
@@ -82,8 +170,7 @@ class DivergenceRule(LossBlockRule):
             # the story told as a warning grows into an error: said once, until re-armed
             kind, self.escalated = "error", True
         hit = None if kind is None else self._fire(frame, b, i, med, best, kind, capped)
-        if med < best:
-            self._note_best(med, step)
+        self._note_best(level, step)  # (only a lower level changes it)
         return hit
 
     def _ready(self) -> bool:
@@ -97,12 +184,14 @@ class DivergenceRule(LossBlockRule):
         w = min(j - i, max(cfg.warmup_windows - self.nblk, 1 if self.best is None else 0))
         if w:  # warm-up: each block only lowers the best
             self.nblk += w
-            self._note_best_of(b, i, b.med[i:i + w])
+            self._note_best_of(b, i, self._level[i:i + w])
             return w + self._quiet_prefix(b, i + w, j) if i + w < j else w
         med = b.med[i:j]
+        level = self._level[i:j]
         n = med.shape[0]
-        best = np.minimum.accumulate(np.concatenate(([self.best], med)))[:-1]
-        rise = np.maximum(cfg.rise, cfg.noise_factor * b.noise[i:j])
+        best = np.minimum.accumulate(np.concatenate(([self.best], level)))[:-1]
+        rise = np.maximum(cfg.rise, cfg.noise_factor * np.maximum(b.noise[i:j],
+                                                                   self._scatter[i:j]))
         bad = (med >= best + rise * np.abs(best)) | (med >= best + cfg.error_rise * np.abs(best))
         if cfg.cap is not None:
             bad |= med > cfg.cap
@@ -114,7 +203,7 @@ class DivergenceRule(LossBlockRule):
             self.quiet += k
             if self.active and self.quiet >= 2:
                 self.active = False
-            self._note_best_of(b, i, med[:k])
+            self._note_best_of(b, i, level[:k])
         return k
 
     def _fire(self, frame: Frame, b: Blocks, i: int, med: float, best: float, severity: str,
