@@ -20,6 +20,7 @@ from __future__ import annotations
 import itertools
 import time as _time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -85,25 +86,24 @@ class RuleEngine:
     # ------------------------------------------------------------------ setup
     def _build(self) -> None:
         cfg = self.cfg
-        self.ctx = Context()
+        plan = _plan(cfg)
+        ctx = self.ctx = Context()
         rules: list[Rule] = []
-        det, mem = cfg.rules["state_detach"], cfg.rules["memory_growth"]
-        for rid, cls in _FRAME_RULES:
-            if cls is None:
-                if det.enabled or mem.enabled:
-                    growth = GrowthAnalysis(mem, det, self.ctx)  # type: ignore[arg-type]
-                    rules.append(StateDetachRule(det, self.ctx, growth))  # type: ignore[arg-type]
-                    rules.append(MemoryGrowthRule(mem, self.ctx, growth))  # type: ignore[arg-type]
-            elif cfg.rules[rid].enabled:
-                rules.append(cls(cfg.rules[rid], self.ctx))
-        rules += [CustomRule(c, self.ctx) for c in cfg.custom if c.enabled]
+        for cls, rule_cfg in plan.rules:
+            if cls is GrowthAnalysis:  # one analysis, two rule ids
+                det, mem = cfg.rules["state_detach"], cfg.rules["memory_growth"]
+                growth = GrowthAnalysis(mem, det, ctx)  # type: ignore[arg-type]
+                rules.append(StateDetachRule(det, ctx, growth))  # type: ignore[arg-type]
+                rules.append(MemoryGrowthRule(mem, ctx, growth))  # type: ignore[arg-type]
+            else:
+                rules.append(cls(rule_cfg, ctx))
         self._rules = rules
-        self._enabled = {rid for rid in RULE_IDS if cfg.rules[rid].enabled} | {
-            c.id for c in cfg.custom if c.enabled}
-        self._stream = next((r for r in rules if isinstance(r, StalledStreamRule)), None)
-        self._straggler = RankStraggler(cfg.rules["rank_straggler"], cfg.roles,  # type: ignore[arg-type]
-                                        live=self.live)
-        self._console = ConsoleRule(cfg.rules["console_error"], det)  # type: ignore[arg-type]
+        self._enabled = plan.enabled
+        self._stream: StalledStreamRule | None = (
+            rules[plan.stream] if plan.stream is not None else None)  # type: ignore[assignment]
+        # built when a rank stream or a console log first comes (most runs have neither)
+        self._straggler: RankStraggler | None = None
+        self._console: ConsoleRule | None = None
         self._segment: int | None = None
         self._guard_until: int | None = None
         self._guard: set[tuple[str, str | None]] = set()
@@ -175,10 +175,16 @@ class RuleEngine:
         time) is accepted as :meth:`feed` takes it; the rank rules do not read the clock."""
         if "rank_straggler" not in self._enabled:
             return []
+        if self._straggler is None:
+            self._straggler = RankStraggler(self.cfg.rules["rank_straggler"],  # type: ignore[arg-type]
+                                            self.cfg.roles, live=self.live)
         return self._record(self._straggler.feed(rank, batch))
 
     def feed_console(self, lines: Sequence[str], first_line: int) -> list[Alert]:
         """Text of the run's console log: ``console_error`` and ``state_detach`` (c)."""
+        if self._console is None:
+            self._console = ConsoleRule(self.cfg.rules["console_error"],  # type: ignore[arg-type]
+                                        self.cfg.rules["state_detach"])  # type: ignore[arg-type]
         return self._record(self._console.feed(lines, first_line, self.last_step, self.last_time))
 
     def tick(self, now: float) -> list[Alert]:
@@ -191,7 +197,7 @@ class RuleEngine:
         """End of a backfill: rank streams are compared (``rank_straggler``), and a file whose
         last record is old and has no ``run_end`` is a stalled stream."""
         hits: list[Hit] = []
-        if "rank_straggler" in self._enabled:
+        if "rank_straggler" in self._enabled and self._straggler is not None:  # (no rank: none)
             hits.extend(self._straggler.finish())
         if self._stream is not None:
             hits.extend(self._stream.finish(_time.time() if now is None else now))
@@ -290,6 +296,51 @@ class RuleEngine:
             rec_pos=np.arange(base + lo, base + hi, dtype=np.int64),
             rec_is_event=is_event,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """What :meth:`RuleEngine._build` builds for one config (the same for every engine of a
+    backfill of many runs)."""
+
+    rules: tuple[tuple[type[Rule | GrowthAnalysis], object], ...]
+    """(rule class, its config) in frame order; GrowthAnalysis stands for the two rules it
+    serves (state_detach, then memory_growth)."""
+    enabled: frozenset[str]
+    stream: int | None
+    """Index of stalled_stream among the built rules."""
+
+
+_PLANS: dict[int, tuple[RulesConfig, _Plan]] = {}
+"""Plans by config, as :data:`_RESOLVED` keeps roles (an entry holds its config, so the id in
+its key is never reused; any thread)."""
+
+
+def _plan(cfg: RulesConfig) -> _Plan:
+    hit = _PLANS.get(id(cfg))
+    if hit is not None and hit[0] is cfg:
+        return hit[1]
+    rules: list[tuple[type[Rule | GrowthAnalysis], object]] = []
+    stream: int | None = None
+    n = 0
+    for rid, cls in _FRAME_RULES:
+        if cls is None:
+            if cfg.rules["state_detach"].enabled or cfg.rules["memory_growth"].enabled:
+                rules.append((GrowthAnalysis, None))
+                n += 2
+        elif cfg.rules[rid].enabled:
+            if cls is StalledStreamRule:
+                stream = n
+            rules.append((cls, cfg.rules[rid]))
+            n += 1
+    rules += [(CustomRule, c) for c in cfg.custom if c.enabled]
+    enabled = frozenset({rid for rid in RULE_IDS if cfg.rules[rid].enabled}
+                        | {c.id for c in cfg.custom if c.enabled})
+    plan = _Plan(tuple(rules), enabled, stream)
+    if len(_PLANS) >= 64:
+        _PLANS.clear()
+    _PLANS[id(cfg)] = (cfg, plan)
+    return plan
 
 
 _RESOLVED: dict[tuple[int, frozenset[str]], tuple[RoleTable, dict[str, str]]] = {}

@@ -50,9 +50,11 @@ class LrExhaustedRule(Rule):
         if f is not None and len(f):
             v = f.values
             m = v.shape[0]
-            peak_i = np.maximum.accumulate(v)
-            np.maximum(peak_i, self.peak, out=peak_i)
-            if self.fast and self.frun == 0 and self._quiet(v, peak_i):
+            peak_i: np.ndarray | None = None  # the running peak, unless _clear tells at once
+            if not (self.fast and self.frun == 0 and self._clear(v)):
+                peak_i = np.maximum.accumulate(v)
+                np.maximum(peak_i, self.peak, out=peak_i)
+            if peak_i is None or (self.fast and self.frun == 0 and self._quiet(v, peak_i)):
                 # above the floor and above ~0 throughout, no run carried in: nothing can fire,
                 # and the runs and their flags are all off at the end
                 if not self.start_fired and self.n < cfg.start_points:
@@ -61,7 +63,7 @@ class LrExhaustedRule(Rule):
                     self._keep_loss(lb)
                 self.zrun, self.zfired, self.frun, self.ffired = 0, False, 0, False
                 self.n += m
-                self.peak = float(peak_i[-1])
+                self.peak = max(self.peak, float(v.max()))
                 self.last_lr = float(v[-1])
                 return hits
             n_i = self.n + np.arange(1, m + 1)
@@ -170,6 +172,13 @@ class LrExhaustedRule(Rule):
         in it)."""
         lo = max(lo, len(lb) - (self.loss_hist.maxlen or 0))
         self.loss_hist.extend(zip(lb.med[lo:].tolist(), lb.step[lo:].tolist()))
+
+    def _clear(self, v: np.ndarray) -> bool:
+        """:meth:`_quiet` from two reductions, when it holds by a margin: the lowest point is
+        above the bars of the highest peak of the frame (no running peak is higher)."""
+        cfg: LrConfig = self.cfg
+        peak = max(self.peak, float(v.max()))
+        return float(v.min()) > max(cfg.zero, max(cfg.floor_ratio, cfg.zero_ratio) * peak)
 
     def _quiet(self, v: np.ndarray, peak_i: np.ndarray) -> bool:
         """Every point is above its floor and above ~0: no run of either starts here."""

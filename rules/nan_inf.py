@@ -10,6 +10,7 @@ skips: a warning, escalated to an error if the loss follows.
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 import numpy as np
 
@@ -19,6 +20,12 @@ from trainwatch.rules.models import NanInfConfig
 from trainwatch.rules.stats import median
 
 _ORDER = ("loss", "val_loss", "grad_norm", "lr")
+
+
+@lru_cache(maxsize=16)
+def _in_order(roles: tuple[str, ...]) -> tuple[str, ...]:
+    """The watched roles in reporting order (once per config: every engine asks)."""
+    return tuple(sorted(roles, key=lambda r: _ORDER.index(r) if r in _ORDER else 9))
 
 
 def _word(v: float) -> str:
@@ -31,7 +38,7 @@ class NanInfRule(Rule):
     def __init__(self, cfg: NanInfConfig, ctx: Context) -> None:
         super().__init__(cfg, ctx)
         self.episode = Episode(cfg.rearm_points, cfg.cooldown_steps, 0)
-        self._roles = sorted(cfg.roles, key=lambda r: _ORDER.index(r) if r in _ORDER else 9)
+        self._roles = _in_order(cfg.roles)
 
     def rewind(self) -> None:
         self.episode.reset()

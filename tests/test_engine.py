@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -330,3 +331,46 @@ def test_equally_ranked_names_resolve_the_same_in_any_order() -> None:
     for names in (["lr-SGD", "lr-AdamW", "loss"], ["loss", "lr-AdamW", "lr-SGD"]):
         assert DEFAULT_ROLES.resolve(names)["lr"] == "lr-AdamW"
         assert DEFAULT_ROLES.resolve(reversed(names))["lr"] == "lr-AdamW"
+
+
+def test_rules_are_built_per_config_in_frame_order(tmp_path: Path) -> None:
+    """The engine builds from a plan kept per config: the same rules in the same order as the
+    config says, whichever config an engine of the same process was built from before."""
+    from trainwatch.rules.engine import _FRAME_RULES
+
+    off = tmp_path / "off.yaml"
+    off.write_text("plateau: false\nmemory_growth: false\nstalled_stream: false\n"
+                   "custom:\n  - id: acc_low\n    metric: acc\n    below: 0.5\n")
+    cfg_off = load_rules_config(off)
+    order: list[str] = []
+    for rid, _cls in _FRAME_RULES:  # one analysis serves both (built while either is on)
+        order += ["state_detach", "memory_growth"] if rid == "state_detach" else [rid]
+    growth = ("state_detach", "memory_growth")
+    for cfg in (CFG, cfg_off, CFG, cfg_off):  # each the second time from the kept plan
+        e = RuleEngine(cfg, live=False)
+        assert [r.id for r in e._rules] == [
+            *[rid for rid in order if rid in growth or cfg.rules[rid].enabled],
+            *[c.id for c in cfg.custom]]
+        assert (e._stream is not None) == cfg.rules["stalled_stream"].enabled
+        assert e._stream is None or e._stream.id == "stalled_stream"
+        assert ("plateau" in e._enabled) == (cfg is CFG) and ("acc_low" in e._enabled) == (
+            cfg is cfg_off)
+
+
+def test_a_reset_forgets_the_rank_streams() -> None:
+    """The rank rule is built when a rank stream first comes, and built anew by a reset."""
+    from test_rules_system import _rank_streams
+
+    e = RuleEngine(CFG, live=False)
+    assert e.finish(now=0.0) == []  # no rank stream: nothing to compare
+    for r, data in _rank_streams(2).items():
+        for b in parse_all(data, f"metrics.rank{r}.jsonl"):
+            e.feed_rank(r, b)
+    p = JsonlParser("m", clock=lambda: 0.0)
+    e.feed(p.parse(to_jsonl(clean(200, "exp", seed=1)), 1, reset=True))
+    assert [a.rule for a in e.finish(now=0.0) if a.rule == "rank_straggler"] == []
+    for r, data in _rank_streams(2).items():
+        for b in parse_all(data, f"metrics.rank{r}.jsonl"):
+            e.feed_rank(r, b)
+    assert [(a.rule, a.step) for a in e.finish(now=0.0) if a.rule == "rank_straggler"] == [
+        ("rank_straggler", 510)]
