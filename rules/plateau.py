@@ -52,6 +52,11 @@ _LEVEL_DIFF = math.sqrt(1.0 + 0.449)
 """Standard error of a level (the median of 3 block medians: variance 0.449 of one for normal
 data) minus the reference block, in standard errors of one block median."""
 _TREND_WINDOWS = 400
+NOISY_SPREAD = 0.05
+"""A train loss whose points scatter more than this (relative, robust) from step to step, and
+more than twice the improvement looked for, is noisy: at a plateau the LR is then more likely too
+high to settle than too low (the classic picture behind ReduceLROnPlateau)."""
+_SPREAD_POINTS = 200
 """Most window medians the plateau's trend test looks back over."""
 
 
@@ -307,6 +312,14 @@ class PlateauRule(LossBlockRule):
             self._v_noise = noise_sd(self._v_noise)
         return max(cfg.val_min_delta, cfg.noise_factor * self._v_noise)
 
+    def _spread(self, pos: int) -> float:
+        """Relative robust spread (1.4826 MAD / |median|) of the last train-loss points."""
+        _s, v = self.ctx.recent("loss", pos, _SPREAD_POINTS)
+        if v.shape[0] < 20:
+            return 0.0
+        m = median(v)
+        return 1.4826 * median(np.abs(v - m)) / abs(m) if m else 0.0
+
     def _fire(self, frame: Frame, pos: int, step: int, time: float, which: str, now: float,
               best: float, best_step: int, delta: float, span: int,
               severity_override: str | None = None) -> Hit:
@@ -319,6 +332,7 @@ class PlateauRule(LossBlockRule):
         causes: list[tuple[str, float]] = []
         fixes: list[str] = []
         at_floor = lr is not None and peak > 0 and lr <= cfg.lr_floor_ratio * peak
+        spread = self._spread(pos) if which == "train" else None
         if at_floor:
             severity = cfg.floor_severity
             causes.append(((f"the LR is at its floor ({fmt(lr)}, peak {fmt(peak)}): the schedule "
@@ -330,8 +344,16 @@ class PlateauRule(LossBlockRule):
             fixes.append("Check for saturated activations and missing normalisation or "
                          "residual connections")
         elif g is not None and g <= cfg.grad_high and not at_floor:
+            noisy = spread is not None and spread > NOISY_SPREAD and spread > 2 * delta
+            if noisy:
+                causes.append(((f"a noisy loss: its points scatter {pct(spread)} around their "
+                               f"level, more than the {pct(delta)} of progress looked for; the "
+                               "LR may be too high to settle near the minimum, or the batch "
+                               "too small"), 0.6))
+                fixes.append("Lower the LR 2-10x (or decay it sooner), or raise the batch size "
+                             "(gradient accumulation)")
             causes.append(((f"the learning rate is too low: the grad norm is healthy ({fmt(g)}) "
-                           "but updates are too small"), 0.7))
+                           "but updates are too small"), 0.35 if noisy else 0.7))
             fixes.append("Raise the learning rate 2-10x (or use an LR range test)")
         elif g is not None and g > cfg.grad_high:
             causes.append(((f"noisy updates: the grad norm is large ({fmt(g)}), the LR may be "
@@ -356,5 +378,7 @@ class PlateauRule(LossBlockRule):
             f"no_improvement_{unit}": span, "lr": r6(lr) if lr is not None else None,
             "lr_peak": r6(peak), "grad_norm_median": r6(g) if g is not None else None,
         }
+        if spread is not None:
+            evidence["loss_spread"] = r6(spread)
         return self.alert(pos=pos, severity=severity, step=step, time=time, metric=metric,
                           message=message, evidence=evidence, causes=causes, fixes=fixes)

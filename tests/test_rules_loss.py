@@ -125,6 +125,16 @@ def test_plateau_at_constant_lr() -> None:
     assert "learning rate is too low" in train[0].causes[0].cause  # grad norm ~0.8: healthy
 
 
+def test_a_noisy_flat_loss_at_a_high_lr_is_told_to_settle_not_to_speed_up() -> None:
+    # the demo's LSTM: flat at the peak LR, its points scattering ~10 % around the level, twice
+    # the progress the rule looks for: "LR too low, raise it" was the wrong first advice
+    run = clean(4000, "exp", noise=0.12, seed=8)
+    set_loss(run, 1000, run["mean"][idx(run, 1000)])
+    train = [a for a in engine_alerts(to_jsonl(run)) if a.rule == "plateau" and a.metric == "loss"]
+    assert train and train[0].causes[0].cause.startswith("a noisy loss")
+    assert train[0].fixes[0].startswith("Lower the LR") and train[0].evidence["loss_spread"] > 0.1
+
+
 def test_plateau_with_the_lr_at_its_floor_is_a_note() -> None:
     run = clean(4000, "step", noise=0.03, seed=9)  # LR at 1 % of its peak from step 3000
     set_loss(run, 2500, run["mean"][idx(run, 2500)])
