@@ -53,9 +53,9 @@ _LEVEL_DIFF = math.sqrt(1.0 + 0.449)
 data) minus the reference block, in standard errors of one block median."""
 _TREND_WINDOWS = 400
 NOISY_SPREAD = 0.05
-"""A train loss whose points scatter more than this (relative, robust) from step to step, and
-more than twice the improvement looked for, is noisy: at a plateau the LR is then more likely too
-high to settle than too low (the classic picture behind ReduceLROnPlateau)."""
+"""A train loss whose points scatter more than this (relative, robust) around their level is
+noisy: at a plateau an LR too high to settle near the minimum (the picture behind
+ReduceLROnPlateau) is then as likely as one too low, and is said first."""
 _SPREAD_POINTS = 200
 """Most window medians the plateau's trend test looks back over."""
 
@@ -344,16 +344,15 @@ class PlateauRule(LossBlockRule):
             fixes.append("Check for saturated activations and missing normalisation or "
                          "residual connections")
         elif g is not None and g <= cfg.grad_high and not at_floor:
-            noisy = spread is not None and spread > NOISY_SPREAD and spread > 2 * delta
+            noisy = spread is not None and spread > NOISY_SPREAD
             if noisy:
                 causes.append(((f"a noisy loss: its points scatter {pct(spread)} around their "
-                               f"level, more than the {pct(delta)} of progress looked for; the "
-                               "LR may be too high to settle near the minimum, or the batch "
-                               "too small"), 0.6))
+                               "level; the LR may be too high to settle near the minimum, or "
+                               "the batch too small"), 0.5))
                 fixes.append("Lower the LR 2-10x (or decay it sooner), or raise the batch size "
                              "(gradient accumulation)")
             causes.append(((f"the learning rate is too low: the grad norm is healthy ({fmt(g)}) "
-                           "but updates are too small"), 0.35 if noisy else 0.7))
+                           "but updates are too small"), 0.5 if noisy else 0.7))
             fixes.append("Raise the learning rate 2-10x (or use an LR range test)")
         elif g is not None and g > cfg.grad_high:
             causes.append(((f"noisy updates: the grad norm is large ({fmt(g)}), the LR may be "
