@@ -13,6 +13,7 @@ a slow rise then never cleared the bar).
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Sequence
 
@@ -23,8 +24,10 @@ from trainwatch.rules.blocks import shared_blocks
 from trainwatch.rules.models import OverfitConfig
 from trainwatch.rules.stats import MAD_TO_SIGMA, improving, noise_sd, small_median
 
-_NOISE_EVALS = 8
-"""Evaluations up to the best one that its noise is measured on."""
+_NOISE_EVALS = 24
+"""Evaluations up to the best one that its noise is measured on (at most: fewer early in a run).
+Eight gave a noise estimate that itself scattered widely, and a val_loss evaluated every step
+"overfit" dozens of times on noise alone."""
 
 
 def eval_noise(steps: Sequence[int], values: Sequence[float]) -> float:
@@ -45,7 +48,10 @@ def eval_noise(steps: Sequence[int], values: Sequence[float]) -> float:
     # (medians of a few Python floats: np.median costs ~10 us a call on them, and its first call
     # in a process imports numpy.ma, ~20 ms)
     mid = small_median(res)
-    return MAD_TO_SIGMA * small_median([abs(r - mid) for r in res])
+    # the fit's 3 parameters absorb part of the noise: residuals of n points scatter about
+    # sqrt((n - 3) / n) as much as the points do (0.79x on 8: a bar that low let a val_loss logged
+    # every step "overfit" dozens of times on noise)
+    return MAD_TO_SIGMA * small_median([abs(r - mid) for r in res]) * math.sqrt(n / (n - 3))
 
 
 class OverfitRule(Rule):
@@ -59,7 +65,7 @@ class OverfitRule(Rule):
         self.train_tol = self.cfg.train_min_delta
         self.train_now: float | None = None
         self.n = 0
-        self.vals: deque[float] = deque(maxlen=16)
+        self.vals: deque[float] = deque(maxlen=max(16, _NOISE_EVALS + 1))
         self.steps: deque[int] = deque(maxlen=_NOISE_EVALS + 1)
         """Steps of the last evaluations (for the noise fit)."""
         self.best: float | None = None
