@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import yaml
@@ -237,15 +238,18 @@ def load_rules_config(
     built = {
         rid: build_model(RULE_MODELS[rid], merged[rid], layers[0][0], rid) for rid in RULE_IDS
     }
+    rank = {where: i for i, (where, _d) in enumerate(layers)}
     for rid, model in built.items():
         # keys that are each valid but not together (checked once every layer is in)
         bad = model.conflict() if hasattr(model, "conflict") else None
         if bad is not None:
-            key, why = bad
-            raise ConfigError(f"{origin.get((rid, key), layers[0][0])}: {rid}.{key}: {why}")
+            keys, why = bad
+            # named where the last of them was set: that file made the pair clash
+            where = max((origin.get((rid, k), layers[0][0]) for k in keys), key=rank.__getitem__)
+            raise ConfigError(f"{where}: {rid}.{keys[0]}: {why}")
     table = DEFAULT_ROLES.extended(extra_roles) if extra_roles else DEFAULT_ROLES
     return RulesConfig(
-        rules=built,
+        rules=MappingProxyType(built),  # read-only: engines cache a plan per config
         custom=tuple(custom),
         roles=table,
         extra_roles=extra_roles,

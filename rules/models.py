@@ -83,13 +83,14 @@ class SpikeConfig(RuleBase):
     jump_share: float = num(ge=0, le=1)
     """...by at least this share of its excess over the window median (0: merely above it)."""
 
-    def conflict(self) -> tuple[str, str] | None:
-        """(key, why) when keys valid one by one do not go together, else None."""
+    def conflict(self) -> tuple[tuple[str, ...], str] | None:
+        """(the keys that clash, the first one named; why) when keys valid one by one do not go
+        together, else None."""
         if self.recent_points > self.window:
             # the detector keeps only `window` accepted points: a longer recent level cannot
             # be taken the same way point by point and in its vectorised pass
-            return "recent_points", (f"must be at most window ({self.window}), got "
-                                     f"{self.recent_points}")
+            return ("recent_points", "window"), (f"must be at most window ({self.window}), "
+                                                 f"got {self.recent_points}")
         return None
 
 

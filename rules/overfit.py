@@ -33,13 +33,15 @@ Eight gave a noise estimate that itself scattered widely, and a val_loss evaluat
 def eval_noise(steps: Sequence[int], values: Sequence[float]) -> float:
     """Relative noise of a few evaluations of a decaying loss: 1.4826 x the MAD of the residuals
     of log(value) from a least-squares quadratic in log(step) (a residual in log space is a
-    relative one). Falls back to :func:`~trainwatch.rules.stats.noise_sd` (a quadratic in the
-    evaluation's index) when a value or a step is not positive. 0 for fewer than 6 points."""
+    relative one), times sqrt(n / (n - 3)) for what the fit's three parameters absorb. Falls
+    back to :func:`~trainwatch.rules.stats.noise_sd` (a quadratic in the evaluation's index, the
+    same factor) when a value or a step is not positive. 0 for fewer than 6 points."""
     n = len(values)
     if n < 6:
         return 0.0
+    dof = math.sqrt(n / (n - 3))
     if min(values) <= 0 or min(steps) <= 0 or len(set(steps)) < 3:
-        return noise_sd(values)
+        return noise_sd(values) * dof
     x = np.log(np.asarray(steps, dtype=np.float64))
     y = np.log(np.asarray(values, dtype=np.float64))
     x -= x.mean()  # (centred: a better-conditioned fit)
@@ -51,7 +53,7 @@ def eval_noise(steps: Sequence[int], values: Sequence[float]) -> float:
     # the fit's 3 parameters absorb part of the noise: residuals of n points scatter about
     # sqrt((n - 3) / n) as much as the points do (0.79x on 8: a bar that low let a val_loss logged
     # every step "overfit" dozens of times on noise)
-    return MAD_TO_SIGMA * small_median([abs(r - mid) for r in res]) * math.sqrt(n / (n - 3))
+    return MAD_TO_SIGMA * small_median([abs(r - mid) for r in res]) * dof
 
 
 class OverfitRule(Rule):

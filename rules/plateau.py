@@ -52,12 +52,13 @@ _LEVEL_DIFF = math.sqrt(1.0 + 0.449)
 """Standard error of a level (the median of 3 block medians: variance 0.449 of one for normal
 data) minus the reference block, in standard errors of one block median."""
 _TREND_WINDOWS = 400
+"""Most window medians the plateau's trend test looks back over."""
 NOISY_SPREAD = 0.05
 """A train loss whose points scatter more than this (relative, robust) around their level is
 noisy: at a plateau an LR too high to settle near the minimum (the picture behind
 ReduceLROnPlateau) is then as likely as one too low, and is said first."""
 _SPREAD_POINTS = 200
-"""Most window medians the plateau's trend test looks back over."""
+"""Train-loss points the robust spread (:meth:`PlateauRule._spread`) is taken over."""
 
 
 class PlateauRule(LossBlockRule):

@@ -111,6 +111,10 @@ def test_keys_that_do_not_go_together_name_the_file_that_set_them(tmp_path: Path
         load_rules_config(f)
     ok = load_rules_config(f, overrides={"step_time_outlier": {"window": 256}})
     assert ok.rules["step_time_outlier"].recent_points == 200
+    # the file that made the pair clash is named: here the later one, lowering the window
+    g = write(tmp_path, "step_time_outlier:\n  recent_points: 100\n", "mine.yaml")
+    with pytest.raises(ConfigError, match=r"^<overrides>: step_time_outlier\.recent_points"):
+        load_rules_config(g, overrides={"step_time_outlier": {"window": 64}})
 
 
 def test_bad_yaml_names_file_and_line(tmp_path: Path) -> None:

@@ -91,3 +91,15 @@ def test_a_real_rise_on_the_same_noise_still_diverges() -> None:
     set_loss(run, 4000, run["mean"][i:] * 2 ** (k / 400))
     found = of(engine_alerts(to_jsonl(run)), "divergence")
     assert found and 4000 < found[0][0] <= 4400, found
+
+
+def test_a_loss_flat_at_zero_does_not_diverge() -> None:
+    # a loss at exactly 0 with a few positive points (its window medians 0): at a best of 0 every
+    # flat window was "up" (0 >= 0 + 5 % of 0) and an error at once
+    run = clean(3000, "exp", noise=0.02, seed=3)
+    rng = np.random.default_rng(3)
+    i = idx(run, 400)
+    n = run["loss"].shape[0] - i
+    run["mean"][i:] = 0.0
+    run["loss"][i:] = np.where(rng.random(n) < 0.1, rng.uniform(0, 0.05, n), 0.0)
+    assert of(engine_alerts(to_jsonl(run)), "divergence") == []
