@@ -123,6 +123,9 @@ class StalledConfig(RuleBase):
     """Consecutive exactly equal loss values that mean nothing is learning."""
     zero_points: int = integer(ge=1)
     """Consecutive loss values of exactly 0 that mean a loss or data bug."""
+    rearm_points: int = integer(ge=1)
+    """After a zero-loss alert, consecutive non-zero values before another may fire (a loss that
+    is 0 on most batches is one story, not one alert per run of zeros)."""
 
 
 @dataclass(frozen=True)

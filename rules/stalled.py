@@ -41,6 +41,11 @@ class LearningStalledRule(Rule):
         self.prev_len = 0
         self.start_step: int | None = None
         """First step of the carried run."""
+        self.zero_armed = True
+        """A zero-loss alert may fire (False after one, until ``rearm_points`` non-zero values
+        in a row)."""
+        self.nonzero_run = 0
+        """Non-zero values in a row at the end of the last frame."""
 
     def update(self, frame: Frame) -> list[Hit]:
         loss = frame.role("loss")
@@ -55,6 +60,7 @@ class LearningStalledRule(Rule):
                 and not np.count_nonzero(v[1:] == v[:-1])):
             # no value repeats the one before it: every run has length 1, nothing can fire
             self.prev, self.prev_len, self.start_step = float(v[-1]), 1, int(f.steps[-1])
+            self._rearm(v == 0.0, [])
             return []
         L = run_lengths(v, self.prev, self.prev_len)
         carried = self.start_step
@@ -62,11 +68,40 @@ class LearningStalledRule(Rule):
         first = len(f) - int(L[-1])
         self.start_step = int(f.steps[first]) if first >= 0 else carried
         zero = f.values == 0.0
-        fire_zero = np.flatnonzero(zero & (L == cfg.zero_points))
+        fire_zero = self._rearm(zero, np.flatnonzero(zero & (L == cfg.zero_points)).tolist())
         fire_const = np.flatnonzero(~zero & (L == cfg.constant_points))
-        hits = [self._hit(f, int(i), L, True, carried) for i in fire_zero.tolist()]
+        hits = [self._hit(f, int(i), L, True, carried) for i in fire_zero]
         hits += [self._hit(f, int(i), L, False, carried) for i in fire_const.tolist()]
         return sorted(hits, key=lambda h: h.pos)
+
+    def _rearm(self, zero: np.ndarray, candidates: list[int]) -> list[int]:
+        """The zero-loss candidates (indices, in order) that fire: one per episode, re-armed by
+        ``rearm_points`` non-zero values in a row; carries the state to the next frame."""
+        need = self.cfg.rearm_points
+        zi = np.flatnonzero(zero)
+        # non-zero values in a row just before each zero (the carried run before the first)
+        gaps = np.diff(zi, prepend=-1) - 1
+        if gaps.shape[0]:
+            gaps[0] += self.nonzero_run
+        fired: list[int] = []
+        k = 0
+        for c in candidates:
+            # the zeros up to this candidate: did a long enough non-zero stretch come before any?
+            j = int(np.searchsorted(zi, c, side="right"))
+            if not self.zero_armed and j > k and int(gaps[k:j].max()) >= need:
+                self.zero_armed = True
+            k = j
+            if self.zero_armed:
+                fired.append(c)
+                self.zero_armed = False
+        n = zero.shape[0]
+        tail = n - 1 - int(zi[-1]) if zi.shape[0] else n
+        if not self.zero_armed and ((zi.shape[0] > k and int(gaps[k:].max()) >= need)
+                                    or tail >= need or (not zi.shape[0]
+                                                        and self.nonzero_run + n >= need)):
+            self.zero_armed = True
+        self.nonzero_run = tail if zi.shape[0] else self.nonzero_run + n
+        return fired
 
     def _hit(self, f: Points, i: int, L: np.ndarray, zero: bool, carried: int | None) -> Hit:
         cfg: StalledConfig = self.cfg

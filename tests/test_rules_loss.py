@@ -321,3 +321,27 @@ def test_eval_noise_allows_for_what_the_fit_absorbs() -> None:
     est = [eval_noise(steps.tolist(), (2.0 * steps ** -0.3 * np.exp(0.01 * rng.standard_normal(12)))
                       .tolist()) for _ in range(1000)]
     assert 0.0088 < float(np.median(est)) < 0.0112
+
+
+def test_a_loss_that_is_zero_on_most_batches_is_one_alert_until_it_recovers() -> None:
+    # 0 on ~70 % of batches: a run of 10 zeros came every few dozen steps and each one was an
+    # alert (17 in 2600 steps); one episode now, told again after 50 non-zero values in a row
+    from test_rules_data import parse_live
+
+    from trainwatch.rules import RuleEngine, load_rules_config
+
+    run = clean(4000, "exp", noise=0.02, seed=3)
+    rng = np.random.default_rng(3)
+    i, j = idx(run, 400), idx(run, 3000)
+    run["loss"][i:j] = np.where(rng.random(j - i) < 0.3, rng.uniform(0.01, 0.05, j - i), 0.0)
+    run["loss"][idx(run, 3500):idx(run, 3600)] = 0.0  # after 500 healthy steps: a new episode
+    data = to_jsonl(run)
+    whole = of(engine_alerts(data), "learning_stalled")
+    assert len(whole) == 2 and whole[0][0] < 1000 and whole[1][0] == 3509, whole
+    e = RuleEngine(load_rules_config(), live=False)
+    for b in parse_live(data, seed=2):
+        e.feed(b)
+    assert [(a.step, a.severity) for a in e.alerts if a.rule == "learning_stalled"] == whole
+    # re-armed by any single non-zero value (as before): one alert per run of zeros
+    eager = load_rules_config(overrides={"learning_stalled": {"rearm_points": 1}})
+    assert len(of(engine_alerts(data, eager), "learning_stalled")) > 10
