@@ -21,6 +21,7 @@ import numpy as np
 
 from trainwatch.rules.base import Context, Frame, Hit, Points, Rule, fmt, pct, r6
 from trainwatch.rules.blocks import shared_blocks
+from trainwatch.rules.evals import EvalPool
 from trainwatch.rules.models import OverfitConfig
 from trainwatch.rules.stats import MAD_TO_SIGMA, improving, noise_sd, small_median
 
@@ -79,6 +80,8 @@ class OverfitRule(Rule):
         self.fired = False
         self.noise: float | None = 0.0
         self.at_best: tuple[tuple[int, ...], tuple[float, ...]] = ((), ())
+        self.pool = EvalPool(self.cfg.train_window)
+        """Dense evaluations (a val_loss logged every step or few) are judged pooled."""
 
     def update(self, frame: Frame) -> list[Hit]:
         b = shared_blocks(self.ctx, frame, "loss", self.cfg.train_window)
@@ -100,7 +103,10 @@ class OverfitRule(Rule):
             k = ks[i] if ks is not None else 0
             if k:
                 self.train_now = meds[k - 1]
-            hit = self._eval(frame, val, i, v, pos, step)
+            judged = self.pool.push(v, step)
+            if judged is None:
+                continue
+            hit = self._eval(frame, val, i, judged[0], pos, judged[1])
             if hit is not None:
                 hits.append(hit)
         if len(b):

@@ -21,6 +21,7 @@ import numpy as np
 
 from trainwatch.rules.base import Context, Frame, Hit, Points, fmt, fmt3, pct, r6
 from trainwatch.rules.blocks import Blocks, LossBlockRule
+from trainwatch.rules.evals import EvalPool
 from trainwatch.rules.models import PlateauConfig
 from trainwatch.rules.stats import improving, median, noise_sd, small_median
 
@@ -96,6 +97,8 @@ class PlateauRule(LossBlockRule):
         (None: not yet). The evaluations of a frame are taken after its train blocks: they ask
         this rather than the state, which may be that of a later record."""
         self.v_recent: deque[float] = deque(maxlen=max(cfg.val_patience, 16))
+        self.v_pool = EvalPool(cfg.window)
+        """Dense evaluations (a val_loss logged every step or few) are judged pooled."""
         self._v_noise: float | tuple[float, ...] = 0.0
         """The evaluations' noise, or the evaluations it is to be computed from (when needed)."""
         self.v_count = 0
@@ -265,8 +268,13 @@ class PlateauRule(LossBlockRule):
         # evaluation every few hundred points, each one a few attribute writes otherwise)
         count, best, best_step = self.v_count, self.v_best, self.v_best_step
         wait, rearm = self.v_wait, self.v_rearm_below
-        for i, (x, step, pos) in enumerate(zip(pts.values.tolist(), pts.steps.tolist(),
-                                               pts.pos.tolist())):
+        pool = self.v_pool
+        for i, (x0, step0, pos) in enumerate(zip(pts.values.tolist(), pts.steps.tolist(),
+                                                 pts.pos.tolist())):
+            judged = pool.push(x0, step0)  # dense evaluations are judged pooled
+            if judged is None:
+                continue
+            x, step = judged
             recent.append(x)
             count += 1
             if count % 4 == 1:  # the noise estimate is refreshed every 4 evaluations

@@ -197,14 +197,14 @@ def test_plateau_val_best_is_the_definitions_and_skips_needless_noise(
     monkeypatch.setattr(plateau_mod, "noise_sd", counted)
     cfg = load_rules_config().rules["plateau"]
     rng = np.random.default_rng(11)
-    n = 240
+    n = 240  # (an evaluation every 100 steps: sparse, judged one by one)
     # a slow decay (0.2 % an evaluation, under val_min_delta) with steps down and some noise
     x = 3.0 * 0.998 ** np.arange(n) * np.where(np.arange(n) % 37 == 0, 0.97, 1.0).cumprod()
     x *= 1 + 0.002 * rng.standard_normal(n)
     rule = PlateauRule(cfg, Context())
     got = []
     for i, v in enumerate(x.tolist()):
-        pts = Points("val_loss", np.array([10 * i]), np.array([v]), np.array([float(i)]),
+        pts = Points("val_loss", np.array([100 * i]), np.array([v]), np.array([float(i)]),
                      np.array([i]))
         assert rule._val(None, pts) == []  # type: ignore[arg-type]
         got.append((rule.v_best, rule.v_best_step, rule.v_wait))
@@ -218,11 +218,11 @@ def test_plateau_val_best_is_the_definitions_and_skips_needless_noise(
             needed.add(i // 4)  # (below the best: the margin was computed for this window)
         if best is None or v < best and v < best - max(
                 cfg.val_min_delta, cfg.noise_factor * noise_sd(window)) * abs(best):
-            best, best_step, wait = v, 10 * i, 0  # a clear improvement: the patience restarts
+            best, best_step, wait = v, 100 * i, 0  # a clear improvement: the patience restarts
             want.append((best, best_step, wait))
             continue
         if v < best:
-            best, best_step = v, 10 * i
+            best, best_step = v, 100 * i
         wait += 1
         want.append((best, best_step, wait))
     assert got == want
