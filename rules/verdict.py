@@ -14,6 +14,9 @@ from trainwatch.rules.alert import SEVERITY_RANK, Alert
 from trainwatch.rules.run_summary import moving_average
 
 UNSTABLE_RULES = ("nan_inf", "divergence", "grad_explosion", "loss_spike")
+BUG_RULES = ("state_detach", "console_error")
+"""Rules whose error is a bug in the training code or setup: the run's curves mean little until
+it is fixed (a recurrent state never detached, out of memory, an NCCL timeout...)."""
 STUCK_RULES = ("lr_exhausted", "plateau", "learning_stalled", "grad_vanishing")
 TAIL = 0.2
 """Share of the run whose trend decides "still improving" versus "flat"."""
@@ -24,8 +27,8 @@ FLAT = 0.01
 @dataclass(frozen=True)
 class Verdict:
     verdict: str
-    """``unstable``, ``diverged``, ``overfitting``, ``underfitting``, ``stalled``, ``converged``,
-    or ``too short to tell``."""
+    """``unstable``, ``diverged``, ``broken``, ``overfitting``, ``underfitting``, ``stalled``,
+    ``converged``, or ``too short to tell``."""
     reason: str
     recommendations: tuple[str, ...]
 
@@ -75,7 +78,17 @@ def judge(
     turn = _val_turn(*val) if val is not None else None
     recs: list[str] = []
     unstable = [first[r] for r in UNSTABLE_RULES if r in first]
-    if unstable:
+    bugs = [first[r] for r in BUG_RULES if r in first and first[r].severity == "error"]
+    told: Alert | None = None
+    """The alert whose fixes the verdict already gave."""
+    if bugs and not unstable:
+        a = told = min(bugs, key=lambda x: x.step)
+        verdict = "broken"
+        reason = f"{a.rule} at step {a.step:,}: {a.message}"
+        recs.extend(a.fixes)
+        if trend is not None and trend.improving:
+            recs.append("Then train again: the train loss was still falling when the run ended.")
+    elif unstable:
         a = min(unstable, key=lambda x: x.step)
         dead = any(x.rule in ("nan_inf", "divergence") and x.severity == "error" for x in unstable)
         verdict = "diverged" if dead else "unstable"
@@ -149,7 +162,8 @@ def judge(
             recs.append("The LR never decayed: a decay to the end (cosine or linear) usually buys "
                         "a little more.")
     for a in alerts:  # system faults need their own fix whatever the verdict
-        if a.rule not in UNSTABLE_RULES + STUCK_RULES + ("overfit",) and a.fixes:
+        if (a.rule not in UNSTABLE_RULES + STUCK_RULES + ("overfit",) and a.fixes
+                and a is not told and a.fixes[0] not in recs):
             tip = f"{a.rule} at step {a.step:,}: {a.fixes[0]}"
             if tip not in recs:
                 recs.append(tip)

@@ -207,6 +207,22 @@ def test_system_alerts_add_their_own_fix() -> None:
     assert "memory_growth at step 300: free the tensors you keep" in v.recommendations
 
 
+def test_a_bug_error_is_the_verdict_with_its_fixes_first() -> None:
+    # a recurrent state never detached (the demo): its curves read "underfitting", which is not
+    # what to act on first
+    detach = _a("state_detach", "error", step=15_001, fixes=("h = h.detach() between chunks",))
+    again = _a("state_detach", "warning", step=15_030, fixes=("h = h.detach() between chunks",))
+    v = _judge(loss=_loss("falling"), alerts=(detach, again))
+    assert v.verdict == "broken" and v.reason.startswith("state_detach at step 15,001")
+    assert v.recommendations[0] == "h = h.detach() between chunks"
+    assert sum("h = h.detach()" in r for r in v.recommendations) == 1
+    assert any("still falling" in r for r in v.recommendations)
+    # a warning from the stream alone does not decide it, and instability still comes first
+    assert _judge(alerts=(_a("state_detach", "warning"),)).verdict == "converged"
+    both = (_a("nan_inf", "error", step=100), detach)
+    assert _judge(alerts=both).verdict == "diverged"
+
+
 def test_too_short_to_tell() -> None:
     assert _judge(loss=(STEPS[:30], np.ones(30)), val=None).verdict == "too short to tell"
 
