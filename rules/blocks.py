@@ -231,7 +231,14 @@ class LossBlockRule(Rule):
 
     def update(self, frame: Frame) -> list[Hit]:
         b = shared_blocks(self.ctx, frame, "loss", self.cfg.window)
-        return self._drive(frame, b) if len(b) else []
+        if not len(b):
+            return []
+        self._start_frame(b)
+        return self._drive(frame, b)
+
+    def _start_frame(self, b: Blocks) -> None:
+        """Before the frame's blocks are driven: per-frame values both the per-block reference
+        and the vectorised step read (none here)."""
 
     def _drive(self, frame: Frame, b: Blocks) -> list[Hit]:
         hits: list[Hit] = []

@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from trainwatch.rules.base import Context, Frame, Hit, fmt, pct, r6
-from trainwatch.rules.blocks import Blocks, LossBlockRule, shared_blocks
+from trainwatch.rules.blocks import Blocks, LossBlockRule
 from trainwatch.rules.models import DivergenceConfig
 from trainwatch.rules.stats import median, median_sorted, small_median, windows
 
@@ -108,11 +108,12 @@ class DivergenceRule(LossBlockRule):
 
     def rewind(self) -> None:
         self._rewind_blocks()
-        self._prev_med: float | None = None
         self._jumps = np.empty(0)
         self._scatter = np.empty(0)
         """Between-block noise of each block of the frame being driven (see block_scatter)."""
         self._last: list[float] = []
+        """The last LEVEL_BLOCKS - 1 block medians of the segment (the last one is the block
+        before the next frame's first, for block_scatter too)."""
         self._level = np.empty(0)
         """The level (see block_levels) at each block of the frame being driven: what the best
         is the lowest of."""
@@ -125,17 +126,13 @@ class DivergenceRule(LossBlockRule):
         around the same level is the same story, not a new divergence (it fired again and again
         before), and only real progress (``rise`` below the best at the alert) starts a new one."""
 
-    def update(self, frame: Frame) -> list[Hit]:
-        b = shared_blocks(self.ctx, frame, "loss", self.cfg.window)
-        if not len(b):
-            return []
-        # a pure function of the block medians: computed once for the frame, read alike by the
+    def _start_frame(self, b: Blocks) -> None:
+        # pure functions of the block medians: computed once for the frame, read alike by the
         # per-block reference and the vectorised step
-        self._scatter, self._jumps = block_scatter(self._prev_med, self._jumps, b.med)
-        self._prev_med = float(b.med[-1])
+        prev = self._last[-1] if self._last else None
+        self._scatter, self._jumps = block_scatter(prev, self._jumps, b.med)
         self._level = block_levels(self._last, b.med)
         self._last = (self._last + b.med[-(LEVEL_BLOCKS - 1):].tolist())[-(LEVEL_BLOCKS - 1):]
-        return self._drive(frame, b)
 
     def _new_best(self, med: float) -> None:
         if self.rearm_below is not None and med < self.rearm_below:
