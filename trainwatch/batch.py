@@ -193,29 +193,51 @@ def concat_batches(group: Sequence[RecordBatch]) -> RecordBatch:
     names: dict[str, None] = {}
     for b in group:
         names.update(dict.fromkeys(b.series))
+    # Every joined column is a view into one buffer per dtype, filled by one np.concatenate: a
+    # backlog of a few batches of ten metrics took some sixty small concatenations (about 0.1
+    # ms, a tenth of the rule engine's whole cost on a short file). Each buffer holds the
+    # records' own column, then that column of every joined series in turn.
+    joined: list[str] = []
+    parts: list[SeriesChunk] = []
+    part_off: list[int] = []
+    """Records before each part's batch (what its rows are shifted by)."""
+    sizes: list[int] = []
+    """Points of each joined series."""
     series: dict[str, SeriesChunk] = {}
     for name in names:
-        parts = [(off, b.series[name]) for off, b in zip(offsets, group) if name in b.series]
-        if len(parts) == 1 and parts[0][0] == 0:
-            series[name] = parts[0][1]
+        mine = [(off, b.series[name]) for off, b in zip(offsets, group) if name in b.series]
+        if len(mine) == 1 and mine[0][0] == 0:
+            series[name] = mine[0][1]
             continue
+        joined.append(name)
+        sizes.append(sum(ch.values.shape[0] for _o, ch in mine))
+        part_off.extend(off for off, _ch in mine)
+        parts.extend(ch for _o, ch in mine)
+    total = offsets[-1] + group[-1].n_records
+    fbuf = np.concatenate([b.times for b in group] + [ch.values for ch in parts]
+                          + [ch.times for ch in parts])
+    ibuf = np.concatenate([b.steps for b in group] + [ch.steps for ch in parts])
+    sbuf = np.concatenate([b.segments for b in group] + [ch.rows for ch in parts]
+                          + [ch.segments for ch in parts]).astype(np.int32, copy=False)
+    n_pts = sum(sizes)
+    if n_pts:  # rows count from the start of the joined batch
+        sbuf[total:total + n_pts] += np.repeat(
+            np.asarray(part_off, dtype=np.int32), [ch.rows.shape[0] for ch in parts])
+    at = total
+    for name, n in zip(joined, sizes):
         series[name] = SeriesChunk(
-            rows=np.concatenate([ch.rows + np.int32(off) if off else ch.rows
-                                 for off, ch in parts]).astype(np.int32, copy=False),
-            steps=np.concatenate([ch.steps for _o, ch in parts]),
-            values=np.concatenate([ch.values for _o, ch in parts]),
-            times=np.concatenate([ch.times for _o, ch in parts]),
-            segments=np.concatenate([ch.segments for _o, ch in parts]),
-        )
+            rows=sbuf[at:at + n], steps=ibuf[at:at + n], values=fbuf[at:at + n],
+            times=fbuf[at + n_pts:at + n_pts + n], segments=sbuf[at + n_pts:at + n_pts + n])
+        at += n
     meta: dict[str, Any] = {}
     for b in group:
         meta.update(b.meta)
     return RecordBatch(
         source=first.source,
         first_record=first.first_record,
-        steps=np.concatenate([b.steps for b in group]),
-        times=np.concatenate([b.times for b in group]),
-        segments=np.concatenate([b.segments for b in group]),
+        steps=ibuf[:total],
+        times=fbuf[:total],
+        segments=sbuf[:total],
         series=series,
         events=tuple(itertools.chain.from_iterable(b.events for b in group)),
         notes=tuple((row + off, f) for off, b in zip(offsets, group) for row, f in b.notes),
