@@ -20,6 +20,7 @@ import numpy as np
 from trainwatch.batch import RecordBatch, iter_joined
 from trainwatch.humanize import fmt_count, fmt_duration, fmt_num
 from trainwatch.rules.alert import SEVERITY_RANK, Alert
+from trainwatch.rules.stats import distinct
 
 if TYPE_CHECKING:
     from trainwatch.load import LoadedRun
@@ -112,7 +113,7 @@ def count_steps(batches: Iterable[Any]) -> int:
     parts = [c.steps for b in batches for c in b.series.values() if len(c)]
     if not parts:
         return 0
-    return int(np.unique(np.concatenate(parts)).shape[0])
+    return int(distinct(np.concatenate(parts)).shape[0])
 
 
 def exit_code(result: CheckResult, fail_on: str = "error") -> int:

@@ -30,6 +30,7 @@ from trainwatch.rules.run_summary import (
     moving_average,
     summarize_metric,
 )
+from trainwatch.rules.stats import distinct, median
 from trainwatch.rules.verdict import (
     FLAT,
     STUCK_RULES,
@@ -115,7 +116,7 @@ def build_report(run: LoadedRun, cfg: Any) -> Report:
         throughput = _finite_median(series[roles["throughput"]].values)
         tp_unit = f"/s (median of {roles['throughput']})"
     elif duration and st.size:
-        throughput = float(np.unique(st).shape[0] / duration)
+        throughput = float(distinct(st).shape[0] / duration)
         tp_unit = " steps/s"
     step_time = _finite_median(series[roles["step_time"]].values) if "step_time" in roles else None
 
@@ -147,7 +148,7 @@ def build_report(run: LoadedRun, cfg: Any) -> Report:
 
 def _finite_median(v: np.ndarray) -> float | None:
     f = v[np.isfinite(v)]
-    return float(np.median(f)) if f.size else None
+    return median(f) if f.size else None
 
 
 # ------------------------------------------------------------------------------------ printing

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from trainwatch.batch import RecordBatch
+from trainwatch.rules.stats import distinct
 
 
 @dataclass(frozen=True)
@@ -76,7 +77,7 @@ def _latest_segment_mask(steps: np.ndarray, segs: np.ndarray) -> np.ndarray:
     keep = np.ones(steps.shape[0], dtype=bool)
     if steps.shape[0] == 0 or segs[0] == segs[-1] and np.all(segs == segs[0]):
         return keep
-    for seg in np.unique(segs)[1:]:
+    for seg in distinct(segs)[1:]:
         start = int(steps[segs == seg].min())
         keep &= ~((segs < seg) & (steps >= start))
     return keep

@@ -70,6 +70,18 @@ def median(x: np.ndarray) -> float:
     return float(median_sorted(np.sort(x)))
 
 
+def distinct(x: np.ndarray) -> np.ndarray:
+    """The sorted distinct values of a 1-D array: ``np.unique`` without its first call's import
+    of ``numpy.ma`` (7-10 ms on ``check`` and ``report``, which call it once)."""
+    s = np.sort(x)
+    if s.shape[0] < 2:
+        return s
+    keep = np.empty(s.shape[0], dtype=bool)
+    keep[0] = True
+    np.not_equal(s[1:], s[:-1], out=keep[1:])
+    return s[keep]
+
+
 def nan_median_rows(a: np.ndarray) -> np.ndarray:
     """``np.nanmedian(a, axis=1)`` for a 2-D array with few columns, without its slow masked-
     array path: NaN sort last, so each row's median sits at its count of values. NaN for a row

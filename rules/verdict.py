@@ -12,6 +12,7 @@ import numpy as np
 from trainwatch.humanize import fmt_count, fmt_num
 from trainwatch.rules.alert import SEVERITY_RANK, Alert
 from trainwatch.rules.run_summary import moving_average
+from trainwatch.rules.stats import median
 
 UNSTABLE_RULES = ("nan_inf", "divergence", "grad_explosion", "loss_spike")
 BUG_RULES = ("state_detach", "console_error")
@@ -57,11 +58,11 @@ def tail_trend(steps: np.ndarray, values: np.ndarray, tail: float = TAIL) -> Tre
         return None
     t, ts = v[-n:], st[-n:]
     q = max(n // 4, 5)
-    a, b = float(np.median(t[:q])), float(np.median(t[-q:]))
+    a, b = median(t[:q]), median(t[-q:])
     if a == 0:
         return None
     resid = np.diff(t) / math.sqrt(2)  # the trend cancels out of neighbour differences
-    sigma = 1.4826 * float(np.median(np.abs(resid - np.median(resid))))
+    sigma = 1.4826 * median(np.abs(resid - median(resid)))
     se = 1.2533 * sigma / math.sqrt(q) * math.sqrt(2)  # of the difference of two medians
     return Trend((b - a) / abs(a), int(ts[-1] - ts[0]), abs(b - a) >= 3 * se)
 

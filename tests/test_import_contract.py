@@ -46,3 +46,20 @@ def test_writer_is_stdlib_only():
     loaded = _loaded_after("from trainwatch import RunWriter")
     bad = sorted(m for m in loaded if m.split(".")[0] in (*UI_AND_TORCH, "numpy", "yaml", "msgspec"))
     assert not bad, f"from trainwatch import RunWriter loaded {bad}"
+
+
+def test_check_and_report_do_not_import_numpy_ma(tmp_path):
+    """np.median and np.unique import numpy.ma on their first call (7-10 ms of every ``check``
+    and ``report``); the rules' own median and distinct do not."""
+    run = tmp_path / "metrics.jsonl"
+    run.write_text("".join(f'{{"step": {i}, "loss": {1.0 / (i + 1)}, "val_loss": {2.0 / (i + 1)}, '
+                           f'"lr": 0.001, "time": {1700000000 + i}}}\n' for i in range(300)))
+    stmt = ("from trainwatch.rules.report import build_report\n"
+            "from trainwatch.rules.check import run_check\n"
+            "from trainwatch.load import load_run\n"
+            "from trainwatch.rules import load_rules_config\n"
+            f"run = load_run({str(run)!r})\n"
+            "cfg = load_rules_config()\n"
+            "run_check(run, cfg)\nbuild_report(run, cfg)")
+    loaded = _loaded_after(stmt)
+    assert "numpy.ma" not in loaded

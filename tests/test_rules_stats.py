@@ -13,6 +13,7 @@ from trainwatch.rules.episode import ESCALATE, START, START_ESCALATED, Episode
 from trainwatch.rules.growth import flat_from, quick_growth
 from trainwatch.rules.stats import (
     block_medians,
+    distinct,
     improving,
     mad_sorted,
     median,
@@ -45,6 +46,13 @@ def test_medians_match_numpy() -> None:
         assert m == np.median(a[s:s + 128])
         assert mad_sorted(row, m) == np.median(np.abs(a[s:s + 128] - m))
     assert np.array_equal(block_medians(a[:480], 16), np.median(a[:480].reshape(-1, 16), axis=1))
+
+
+def test_distinct_matches_numpy_unique() -> None:
+    for x in (np.empty(0, dtype=np.int64), np.array([3]), np.array([2, 2, 2]),
+              RNG.integers(0, 50, 400), RNG.integers(0, 4, 9).astype(np.int32)):
+        got = distinct(x)
+        assert got.dtype == x.dtype and np.array_equal(got, np.unique(x))
 
 
 def test_windows_view() -> None:

@@ -16,6 +16,7 @@ import numpy as np
 
 from trainwatch.batch import RecordBatch
 from trainwatch.rules.alert import SEVERITY_RANK, Alert
+from trainwatch.rules.stats import median
 from trainwatch.store import SeriesStore
 from trainwatch.tui.target import RunSpec
 
@@ -193,7 +194,7 @@ class RunModel:
         t = np.fromiter((s[0] for s in self._samples), dtype=np.float64)
         d = np.diff(t)
         d = d[d > 0]
-        return float(np.median(d)) if d.size else None
+        return median(d) if d.size else None
 
     def worst_alert(self) -> str | None:
         if not self.alerts:
