@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 import trainwatch.writer as writer_mod
-from trainwatch import RunWriter, plainvalues
+from trainwatch import RunWriter, appendfile, plainvalues
 from trainwatch.batch import RecordBatch
 from trainwatch.formats.jsonl import JsonlParser
 from trainwatch.writer import rank_filename, to_yaml
@@ -105,13 +105,13 @@ class DiskState:
 @pytest.fixture
 def disk(monkeypatch: pytest.MonkeyPatch) -> DiskState:
     state = DiskState()
-    real_open = writer_mod._open_append
+    real_open = appendfile.open_append
 
     def flaky_open(path: Path) -> FlakyFile:
         state.opened.append(path)
         return FlakyFile(real_open(path), state)
 
-    monkeypatch.setattr(writer_mod, "_open_append", flaky_open)
+    monkeypatch.setattr(appendfile, "open_append", flaky_open)
     return state
 
 

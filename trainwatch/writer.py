@@ -12,7 +12,7 @@ Choices, and why:
   checkpoint, a hang, a deadlock): exactly when the person watching needs them. Flushing from
   ``log()`` "when due" would leave those last records in memory for the whole stall. ``close()``
   stops and joins the thread; ``flush_interval <= 0`` writes every record synchronously instead.
-* **Whole lines only.** The file is opened unbuffered in append mode and the pending lines are
+* **Whole lines only** (:mod:`trainwatch.appendfile`). The file is opened unbuffered in append mode and the pending lines are
   joined and written with one ``write`` call, so a record is never split across writes (the OS
   may still cut a write short on a full disk: the torn line is then ended with a newline before
   the next write, so it costs one malformed line, not two records).
@@ -36,7 +36,6 @@ Choices, and why:
 from __future__ import annotations
 
 import atexit
-import errno
 import json
 import os
 import sys
@@ -46,8 +45,9 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from pathlib import Path, PurePath
 from types import TracebackType
-from typing import Any, BinaryIO
+from typing import Any
 
+from trainwatch.appendfile import AppendFile, one_line, reason, say
 from trainwatch.plainvalues import (
     NotANumber,
     as_number,
@@ -73,16 +73,7 @@ STATUSES = ("finished", "crashed", "interrupted", "unknown")
 """``run_end`` statuses this writer produces (a caller may pass any string)."""
 
 _now = time.time
-_monotonic = time.monotonic
 _NUMBER_TYPES = (int, float, bool)
-
-
-def _open_append(path: Path) -> BinaryIO:
-    """Open ``path`` unbuffered for appending: each ``write`` is one ``os.write``.
-
-    Module-level so tests can replace it (a file whose ``write`` fails like a full disk).
-    """
-    return open(path, "ab", buffering=0)
 
 
 def rank_filename(filename: str, rank: int | None) -> str:
@@ -92,15 +83,6 @@ def rank_filename(filename: str, rank: int | None) -> str:
     p = PurePath(filename)
     name = f"{p.stem}.rank{rank}{p.suffix}" if p.suffix else f"{p.name}.rank{rank}"
     return str(p.with_name(name))
-
-
-def _say(msg: str) -> None:
-    """One line on stderr; never raises (stderr may be closed or None)."""
-    err = sys.stderr
-    if err is not None:
-        with suppress(Exception):  # a closed or broken stderr must not reach training
-            err.write(msg + "\n")
-            err.flush()
 
 
 # ---------------------------------------------------------------------------- the writer
@@ -136,15 +118,9 @@ class RunWriter:
         self._io_lock = threading.Lock()  # one writer of the file at a time, in order
         self._pending: list[str] = []  # encoded records, without their newline
         self._closed: str | None = None  # None while open, else why ("closed", "forked")
-        self._fh: BinaryIO | None = None
-        self._ident: tuple[int, int] | None = None  # (dev, inode) of the open file
-        self._torn = False  # the file ends in a partial line: start the next write with \n
-        self._needs_header = False  # a reopened empty file first gets the run_start record
-        self._header: str | None = None
-        self._failing = False  # in an outage that has been reported
         self._said: set[str] = set()
-        self._retry_s = min(max(4 * self.flush_interval, 0.2), 5.0)
-        self._retry_at = 0.0
+        self._file = AppendFile(self.path, min(max(4 * self.flush_interval, 0.2), 5.0),
+                                self._say_once, self._recovered)
         self._enc = self._make_encoder()
         self._sync = self.flush_interval <= 0
         self._wake = threading.Event()
@@ -155,12 +131,12 @@ class RunWriter:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as e:
-            self._outage(f"cannot create the run directory {self.path.parent} ({_reason(e)})")
-            self._retry_at = _monotonic() + self._retry_s
+            self._file.outage(f"cannot create the run directory {self.path.parent} ({reason(e)})")
+            self._file.defer()
         else:
             if config is not None and rank in (None, 0):  # one config.yaml per run, not per rank
                 self._write_config(config)
-            self._open()
+            self._file.open()
         start: dict[str, Any] = {
             "event": "run_start",
             "time": _now(),
@@ -171,8 +147,8 @@ class RunWriter:
         }
         if rank is not None:
             start["rank"] = rank
-        self._header = self._encode(start)
-        self._put(self._header)
+        header = self._file.header = self._encode(start)
+        self._put(header)
         self._flush()  # the run is visible to a watcher as soon as the writer exists
         _live.add(self)
         if self.flush_interval > 0:
@@ -234,10 +210,10 @@ class RunWriter:
         t = self._thread
         if t is not None and t is not threading.current_thread():
             t.join()
-        self._retry_at = 0.0  # one last try to reopen, whatever the retry delay
+        self._file.retry_now()  # one last try to reopen, whatever the retry delay
         self._flush()
         with self._io_lock:
-            self._drop_handle()
+            self._file.close()
         _live.discard(self)
 
     def __enter__(self) -> RunWriter:  # noqa: PYI034 - Self needs Python 3.11
@@ -262,7 +238,7 @@ class RunWriter:
                     "crashed", code if isinstance(code, int) else 1, error=f"SystemExit: {code}"
                 )
         else:
-            self.close("crashed", 1, error=_one_line(exc_type, exc))
+            self.close("crashed", 1, error=one_line(exc_type, exc))
         # returning None re-raises the exception
 
     def __repr__(self) -> str:
@@ -316,7 +292,7 @@ class RunWriter:
             self._say_once(
                 "encode",
                 f"trainwatch: a record for {self.path} could not be encoded"
-                f" ({_reason(e)}); dropped",
+                f" ({reason(e)}); dropped",
             )
             return None
 
@@ -370,7 +346,7 @@ class RunWriter:
                 self._flush()
             except Exception as e:  # noqa: BLE001 - keep flushing; say it once
                 self._say_once(
-                    "bug", f"trainwatch: internal error while writing {self.path}: {_reason(e)}"
+                    "bug", f"trainwatch: internal error while writing {self.path}: {reason(e)}"
                 )
 
     def _flush(self) -> None:
@@ -383,94 +359,14 @@ class RunWriter:
             self._write(batch)
 
     def _write(self, batch: list[str]) -> None:
-        """Write ``batch`` (whole lines) with one write call; holds ``_io_lock``."""
-        if self._fh is not None and not self._same_file():
-            # the file or its directory was deleted (writes would go to an orphan inode) or
-            # replaced: open the path again, which starts a new file if the directory exists
-            self._drop_handle()
-            gone = f"{self.path} was deleted or replaced during the run"
-            if self._open(failure=f"{gone} and cannot be created again"):
-                self._say_once("gone", f"trainwatch: {gone}; writing a new file there")
-        elif self._fh is None and _monotonic() >= self._retry_at:
-            self._open()
-        if self._fh is None:
+        """Write ``batch`` (whole lines); holds ``_io_lock``."""
+        lost = self._file.write(batch)
+        if lost:
             with self._lock:
-                self.dropped += len(batch)
-            return
-        fh = self._fh
-        assert fh is not None
-        prefix = b"\n" if self._torn else b""
-        if self._needs_header and self._header is not None:
-            prefix += self._header.encode("ascii") + b"\n"
-        data = ("\n".join(batch) + "\n").encode("ascii")  # ASCII: the encoder escapes the rest
-        if prefix:
-            data = prefix + data
-        view = memoryview(data)
-        try:
-            while view:
-                n = fh.write(view)
-                if not n:  # None is for non-blocking files; 0 would loop forever
-                    raise OSError(errno.EIO, "write made no progress")
-                view = view[n:]
-        except OSError as e:
-            written = len(data) - len(view)
-            whole = data[:written].count(b"\n") - prefix.count(b"\n")
-            if written:
-                self._torn = data[written - 1 : written] != b"\n"
-            self._drop_handle()
-            self._retry_at = _monotonic() + self._retry_s
-            with self._lock:
-                self.dropped += len(batch) - max(0, whole)
-            self._outage(f"cannot write {self.path} ({_reason(e)})")
-            return
-        self._torn = False
-        self._needs_header = False
-        if self._failing:
-            self._failing = False
-            _say(f"trainwatch: writing {self.path} again ({self.dropped} records dropped so far)")
+                self.dropped += lost
 
-    def _open(self, failure: str | None = None) -> bool:
-        """(Re)open the metrics file; False (reported once per outage) when it cannot be."""
-        try:
-            fh = _open_append(self.path)
-        except OSError as e:
-            self._retry_at = _monotonic() + self._retry_s
-            self._outage(f"{failure or f'cannot open {self.path}'} ({_reason(e)})")
-            return False
-        self._fh = fh
-        self._ident = None
-        try:
-            st = os.fstat(fh.fileno())
-            self._ident = (st.st_dev, st.st_ino)
-            size = st.st_size
-        except (OSError, AttributeError, ValueError):
-            size = -1
-        self._needs_header = size == 0 and self._header is not None
-        if size == 0:
-            self._torn = False
-        elif size > 0:  # this or an earlier writer may have died mid-line
-            try:
-                with open(self.path, "rb") as r:
-                    r.seek(-1, os.SEEK_END)
-                    self._torn = r.read(1) != b"\n"
-            except OSError:
-                pass
-        return True
-
-    def _same_file(self) -> bool:
-        if self._ident is None:
-            return True
-        try:
-            st = os.stat(self.path)
-        except OSError:
-            return False
-        return (st.st_dev, st.st_ino) == self._ident
-
-    def _drop_handle(self) -> None:
-        fh, self._fh = self._fh, None
-        if fh is not None:
-            with suppress(Exception):  # closing flushes nothing (unbuffered); errors are moot
-                fh.close()
+    def _recovered(self) -> None:
+        say(f"trainwatch: writing {self.path} again ({self.dropped} records dropped so far)")
 
     def _write_config(self, config: Any) -> None:
         target = self.run_dir / "config.yaml"
@@ -483,7 +379,7 @@ class RunWriter:
         except (OSError, ValueError, RecursionError) as e:
             self._say_once(
                 "config",
-                f"trainwatch: cannot write {target} ({_reason(e)});"
+                f"trainwatch: cannot write {target} ({reason(e)});"
                 " the config is still in the run_start record",
             )
             try:
@@ -491,19 +387,10 @@ class RunWriter:
             except OSError:
                 pass
 
-    def _outage(self, what: str) -> None:
-        if not self._failing:
-            self._failing = True
-            _say(
-                f"trainwatch: {what}; dropping metric records (see RunWriter.dropped) and retrying"
-                f" every {self._retry_s:g} s: free disk space or restore the directory"
-                " and its permissions"
-            )
-
     def _say_once(self, key: str, msg: str) -> None:
         if key not in self._said:
             self._said.add(key)
-            _say(msg)
+            say(msg)
 
     def _abandon(self) -> None:
         """In a forked child: forget the parent's pending records, write nothing, ever."""
@@ -512,22 +399,7 @@ class RunWriter:
         self._pending = []
         self._closed = "forked"
         self._thread = None
-        self._fh = None  # the inherited descriptor is closed when the object is collected
-
-
-def _reason(e: BaseException) -> str:
-    if isinstance(e, OSError) and e.strerror:
-        return f"[Errno {e.errno}] {e.strerror}" if e.errno else e.strerror
-    return _one_line(type(e), e)
-
-
-def _one_line(exc_type: type[BaseException], exc: BaseException | None) -> str:
-    try:
-        msg = str(exc).strip().splitlines()[0] if exc is not None and str(exc).strip() else ""
-    except Exception:  # noqa: BLE001 - a broken __str__ must not mask the exception itself
-        msg = ""
-    text = f"{exc_type.__name__}: {msg}" if msg else exc_type.__name__
-    return text[:300]
+        self._file.forget()
 
 
 def _hostname() -> str:
