@@ -59,7 +59,8 @@ class Episode:
 
     def hit(self, step: int, severe: bool = False) -> str | None:
         """One anomalous point. Returns START, ESCALATE, START_ESCALATED or None."""
-        return next((kind for _i, kind in self.run(np.asarray([step]), np.asarray([severe]))), None)
+        out = self._one(int(step), bool(severe))
+        return out[-1][1] if out else None
 
     def run(self, steps: np.ndarray, severe: np.ndarray | None = None) -> list[tuple[int, str]]:
         """A run of consecutive anomalous points; returns (index in the run, kind).
@@ -69,6 +70,34 @@ class Episode:
         n = int(steps.shape[0])
         if n == 0:
             return []
+        if n == 1:  # most runs are one point: Python numbers, not six array operations
+            return self._one(int(steps[0]), severe is not None and bool(severe[0]))
+        return self._run_arrays(steps, severe)
+
+    def _one(self, step: int, severe: bool) -> list[tuple[int, str]]:
+        """:meth:`run` for a single point (the same decisions, on Python numbers)."""
+        out: list[tuple[int, str]] = []
+        if not self.active:
+            if not self._may_start(step) and self.cooldown > 0:
+                return out
+            self.active = True
+            self.count = 0
+            self.escalated = False
+            self.last_start = step
+            out.append((0, START))
+        self.quiet = 0
+        if not self.escalated and (severe or 0 < self.persist <= self.count + 1):
+            self.escalated = True
+            if out:
+                out[-1] = (0, START_ESCALATED)
+            else:
+                out.append((0, ESCALATE))
+        self.count += 1
+        return out
+
+    def _run_arrays(self, steps: np.ndarray, severe: np.ndarray | None) -> list[tuple[int, str]]:
+        """:meth:`run` for any number of points, in a few array operations."""
+        n = int(steps.shape[0])
         out: list[tuple[int, str]] = []
         k = 0
         if not self.active:
