@@ -41,6 +41,8 @@ _MAX_SPAN = 4096
 """The most points one vectorised pass is given."""
 _POINTWISE = 8
 """Up to this many points, an update goes point by point (no fixed cost of a pass)."""
+_RUN_HEAD = 16
+"""Points of an anomalous run looked at one by one before the rest is tested as an array."""
 _NO_INDEX = np.empty(0, dtype=np.int64)
 
 
@@ -177,7 +179,7 @@ class SpikeDetector:
             else:
                 self._point(float(values[i]), int(steps[i]), i, events, flagged)
                 i += 1
-        idx = np.concatenate(flagged) if flagged else _NO_INDEX
+        idx = (flagged[0] if len(flagged) == 1 else np.concatenate(flagged)) if flagged else _NO_INDEX
         return events, idx
 
     def _point(self, x: float, step: int, i: int, events: list[SpikeEvent],
@@ -265,23 +267,46 @@ class SpikeDetector:
     def _anomalous_run(self, x: np.ndarray) -> tuple[int, np.ndarray]:
         """The run of anomalous points that starts at ``x[0]``, against the current baseline:
         its length (at least 1: ``x[0]`` is anomalous by construction; never stall on a rounding
-        doubt) and severe mask. The first few points are looked at first: a run is usually a
-        point or a few, while ``x`` may be the thousands of points left in a pass."""
+        doubt) and severe mask. A run is usually a point or a few, while ``x`` may be the
+        thousands of points left in a pass: the first ``_RUN_HEAD`` are looked at one by one as
+        Python floats (:meth:`_run_head`), the rest, if the run reaches them, in one array test."""
         n = int(x.shape[0])
-        lo, severe = 0, []
-        r = n
-        for hi in (min(n, 16), n):
-            if hi <= lo:
+        head = x[:_RUN_HEAD].tolist()
+        severe = self._run_head(head)
+        r = len(severe)
+        if r < len(head) or r == n:
+            if not r:
+                severe = [head[0] >= self._early_thr()]
+                r = 1
+            return r, np.array(severe)
+        anom, sev = self._anomalous_fixed(x[r:])
+        more = n - r if anom.all() else int(anom.argmin())
+        return r + more, np.concatenate((severe, sev[:more]))
+
+    def _run_head(self, xs: list[float]) -> list[bool]:
+        """Severe flags of the leading anomalous points of ``xs`` against the current baseline:
+        :meth:`_anomalous_fixed`'s test, point by point in Python floats (the same IEEE
+        operations, hence the same bits), stopping at the first normal point."""
+        cfg = self.cfg
+        early = self._early_thr()
+        fires = cfg.early_max_fires
+        ok = self.ok
+        med, den, bar = self.med, abs(self.med) or 1.0, cfg.tail_guard * self.emax
+        sc = recent = 0.0
+        out: list[bool] = []
+        for v in xs:
+            severe = v >= early
+            anom = False
+            if ok:
+                e = (v - med) / den
+                if e >= self.r1 and e >= bar:
+                    if not sc:  # not yet known (a scale is > 0): the MAD and recent level are lazy
+                        sc, recent = self._scale(med, self.mad), self._recent()
+                    anom = (v - med) / sc >= cfg.z_threshold and bool(self._jumps(v, recent, med))
+            if not (anom or (fires and severe)):
                 break
-            anom, sev = self._anomalous_fixed(x[lo:hi])
-            severe.append(sev)
-            if not anom.all():
-                r = lo + int(anom.argmin())
-                break
-            lo = hi
-        r = max(r, 1)
-        sv = severe[0] if len(severe) == 1 else np.concatenate(severe)
-        return r, sv[:r]
+            out.append(severe)
+        return out
 
     def _pass(self, x: np.ndarray, steps: np.ndarray, base: int, events: list[SpikeEvent],
               flagged: list[np.ndarray]) -> int:

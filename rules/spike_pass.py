@@ -50,7 +50,7 @@ _EMPTY = np.empty(0)
 _EMPTY_ROWS = np.empty((0, 0))
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class PassOutcome:
     """What a pass decided: ``x[:accepted]`` are accepted, and the detector's state after them.
 
@@ -94,7 +94,6 @@ def optimistic_pass(det: SpikeDetector, x: np.ndarray) -> PassOutcome:
     """Boundaries reached if every point were accepted (the last may sit after x[-1])."""
     n_rows = 1 if off >= m else (m - off - 1) // K + 2
     """Rows of the layout: 1 + the boundaries that apply to some point of x."""
-    pad = K - off
     A = np.concatenate((det.ring, x)) if R else x
     # boundary g closes after accepting x[off + g K - 1]; its window is A[hi - W : hi] with
     # hi = R + off + g K, from boundary g_ok on it has min_points behind it
@@ -107,26 +106,30 @@ def optimistic_pass(det: SpikeDetector, x: np.ndarray) -> PassOutcome:
     if g0 < nb_all:
         rows = strided_windows(A, W, R + off + K * g0 - W, K, nb_all - g0).copy()
         rows.sort(axis=1)  # (np.sort's own copy of the overlapping view is slower)
-    if g0 == 0 and g_ok == 0 and nb_all:  # warm (the common case)
-        meds = rows[:, (W - 1) // 2] + rows[:, W // 2]
-        meds *= 0.5  # = median_sorted(rows)
-    else:
-        meds = np.empty(nb_all)
-        for g in range(g_ok, g0):
-            meds[g] = median_sorted(partial[g])
-        if g0 < nb_all:
-            meds[g0:] = median_sorted(rows)
-        if g_ok:
-            meds[:g_ok] = np.nan
+    # the rows' medians: row 0's is the detector's, row g + 1's boundary g's (NaN where the
+    # baseline is not warm: see n_bad); the last boundary may have no row (it sits after x[-1])
+    med_all = np.empty(nb_all + 1)
+    med_all[0] = det.med if det.ok else math.nan
+    meds = med_all[1:]
+    if g_ok:
+        meds[:g_ok] = math.nan
+    for g in range(g_ok, g0):
+        meds[g] = median_sorted(partial[g])
+    if g0 < nb_all:
+        mid = meds[g0:]
+        np.add(rows[:, (W - 1) // 2], rows[:, W // 2], out=mid)
+        mid *= 0.5  # = median_sorted(rows)
 
     def win(g: int) -> np.ndarray:
         return partial[g] if g < g0 else rows[g - g0]
 
-    med_r = np.concatenate(((det.med if det.ok else np.nan,), meds[: n_rows - 1]))
+    med_r = med_all[:n_rows]
     n_bad = 0 if det.ok else min(n_rows, g_ok + 1)
-    """Leading rows without a warm baseline (their deviations count as 0)."""
+    """Leading rows without a warm baseline (their deviations count as 0): their medians are
+    NaN, so are their deviations, and no test on those is ever true."""
     den = np.abs(med_r)
-    den[den == 0] = 1.0
+    if np.count_nonzero(den) < n_rows:  # (NaN counts as non-zero)
+        den[den == 0] = 1.0
     # Each row's largest deviation each way, from its largest and smallest point: x -> (x -
     # median) / den is monotone, so these equal the maxima of the points' own deviations,
     # which are only computed (below) when some row reaches the bar.
@@ -145,19 +148,18 @@ def optimistic_pass(det: SpikeDetector, x: np.ndarray) -> PassOutcome:
         if n_bad:
             dev[:n_bad] = 0.0
         bm = dev[:nb_all]
-        if nb_all:
+        if nb_all and det.blk_e > 0.0:  # (a deviation is >= 0: max with 0 changes nothing)
             bm[0] = max(det.blk_e, float(bm[0]))
-    if n_bad:
-        up[:n_bad] = -math.inf
     # early maximum: fixed once the first early_points accepted points are in
     need = max(0, cfg.early_points - det.early_n)
-    head_max = float(x[:need].max()) if need and m else -math.inf
+    head_max = float(np.maximum.reduce(x[:need])) if need and m else -math.inf
     early_max = max(det.early_max, head_max)
     jstar = m
     E = None
     # every bar is at least r1: below it nowhere (the common case), no point is a candidate
     # and the tail bars of the rows need not be known
-    if float(np.maximum.reduce(up)) >= det.r1:
+    # (fmax: the NaN deviations of rows without a baseline are skipped)
+    if np.fmax.reduce(up) >= det.r1:
         if track:
             E = sliding_max(det.e_hist, bm, det.Lb) if nb_all else _EMPTY
             thr = np.empty(n_rows)
@@ -166,14 +168,14 @@ def optimistic_pass(det: SpikeDetector, x: np.ndarray) -> PassOutcome:
             thr = np.maximum(det.r1, cfg.tail_guard * thr)
         else:
             thr = np.full(n_rows, det.r1)
-        if n_bad:
-            thr[:n_bad] = np.inf
-        if (up >= thr).any():
-            jstar = _first_spike(det, x, A, R, pad, med_r, den, thr, meds, win)
-    if cfg.early_max_fires and early_max > 0:
-        severe = x[need:jstar] >= cfg.early_max_ratio * early_max
-        if np.count_nonzero(severe):
-            jstar = need + int(severe.argmax())
+        cand = (up >= thr).nonzero()[0]
+        if cand.shape[0]:
+            jstar = _first_spike(det, x, A, R, off, cand, med_r, den, thr, meds, win)
+    if cfg.early_max_fires and early_max > 0 and need < jstar:
+        bar = cfg.early_max_ratio * early_max
+        j = need + int((x[need:jstar] >= bar).argmax())
+        if j < jstar and x[j] >= bar:  # (argmax of no true is 0)
+            jstar = j
 
     # the state once x[:jstar] are accepted
     early_n, new_early_max = det.early_n, det.early_max
@@ -191,9 +193,11 @@ def optimistic_pass(det: SpikeDetector, x: np.ndarray) -> PassOutcome:
         if g >= g_ok:
             baseline = (win(g), float(meds[g]))
         if track:
-            e_hist = np.concatenate((det.e_hist, bm[:nr]))[-det.Lb:]
-            # the bar of the last boundary: the largest of the last Lb block maxima (>= 0)
-            emax = float(E[g]) if E is not None else float(e_hist.max())
+            e_hist = (np.concatenate((det.e_hist, bm[:nr])) if det.e_hist.shape[0]
+                      else bm[:nr])[-det.Lb:]  # (dev is this pass's own: a view is safe)
+            # the bar of the last boundary: the largest of the last Lb block maxima (>= 0);
+            # (a Python max: e_hist holds a few dozen values at most)
+            emax = float(E[g]) if E is not None else max(e_hist.tolist())
             blk_e = _dev(x, off + g * K, jstar, g + 1, med_r, den, dev, n_bad)
     elif jstar and track:
         blk_e = max(det.blk_e, _dev(x, 0, jstar, 0, med_r, den, dev, n_bad))
@@ -218,67 +222,89 @@ def _dev(x: np.ndarray, lo: int, hi: int, row: int, med_r: np.ndarray, den: np.n
     return max((float(seg.max()) - med) / d, (med - float(seg.min())) / d)
 
 
-def _first_spike(det: SpikeDetector, x: np.ndarray, A: np.ndarray, R: int, pad: int,
-                 med_r: np.ndarray, den: np.ndarray, thr: np.ndarray, meds: np.ndarray,
-                 win: Callable[[int], np.ndarray]) -> int:
-    """Index of the first anomalous point of a pass (``len(x)`` if none), given the rows'
-    medians and bars: the points' deviations laid out as rows of ``refresh`` slots, so each
-    row's median and bar broadcast over it instead of being gathered per point. The slots
-    before the first point and after the last hold the row's median (a deviation of exactly
-    0: candidates there are dropped)."""
+def _first_spike(det: SpikeDetector, x: np.ndarray, A: np.ndarray, R: int, off: int,
+                 cand: np.ndarray, med_r: np.ndarray, den: np.ndarray, thr: np.ndarray,
+                 meds: np.ndarray, win: Callable[[int], np.ndarray]) -> int:
+    """Index of the first anomalous point of a pass (``len(x)`` if none), given the rows whose
+    largest point reaches their bar (``cand``, in order) and the rows' medians and bars.
+
+    The first spike is nearly always in the first candidate row, which holds at most
+    ``refresh`` points: they are looked at one by one as Python floats (the same IEEE operations
+    as the reference's, hence the same bits), a MAD and a recent level taken only for a point
+    that reaches the bar. The later candidate rows are looked at together, as arrays: a smooth
+    climb can make many rows candidates whose points all fail the jump test."""
+    j = _first_in_row(det, x, A, R, off, int(cand[0]), med_r, den, thr, meds, win)
+    if j >= 0:
+        return j
+    if cand.shape[0] == 1:
+        return int(x.shape[0])
+    return _first_in_rows(det, x, A, R, off, int(cand[1]), med_r, den, thr, meds, win)
+
+
+def _first_in_row(det: SpikeDetector, x: np.ndarray, A: np.ndarray, R: int, off: int, r: int,
+                  med_r: np.ndarray, den: np.ndarray, thr: np.ndarray, meds: np.ndarray,
+                  win: Callable[[int], np.ndarray]) -> int:
+    """The first anomalous point of row ``r``, point by point; -1 if none."""
+    K = det.K
+    zt = det.cfg.z_threshold
+    k = det.cfg.recent_points
+    lo = 0 if r == 0 else off + (r - 1) * K
+    med, d, t = float(med_r[r]), float(den[r]), float(thr[r])
+    sc = 0.0
+    for j, v in enumerate(x[lo:min(int(x.shape[0]), off + r * K)].tolist(), lo):
+        if (v - med) / d < t:
+            continue
+        if not sc:
+            sc = (det._scale(det.med, det.mad) if r == 0 else
+                  det._scale(med, mad_sorted(win(r - 1), meds[r - 1])))
+        if (v - med) / sc < zt:
+            continue
+        # every point before x[j] taken as accepted: its recent level is the median of the
+        # recent_points values before it in A (fewer at the start of the baseline)
+        a = R + j
+        if det._jumps(v, small_median(A[max(0, a - k):a].tolist()), med):
+            return j
+    return -1
+
+
+def _first_in_rows(det: SpikeDetector, x: np.ndarray, A: np.ndarray, R: int, off: int,
+                   r0: int, med_r: np.ndarray, den: np.ndarray, thr: np.ndarray,
+                   meds: np.ndarray, win: Callable[[int], np.ndarray]) -> int:
+    """The first anomalous point in rows ``r0`` on (``len(x)`` if none), as arrays: the points'
+    deviations laid out as rows of ``refresh`` slots, so each row's median and bar broadcast
+    over it instead of being gathered per point. The slots after the last point hold the last
+    row's median (a deviation of exactly 0: candidates there are dropped)."""
     K = det.K
     m = int(x.shape[0])
+    pad = K - off
     n_rows = int(med_r.shape[0])
-    P = np.empty((n_rows, K))
+    P = np.empty((n_rows - r0, K))
     flat = P.reshape(-1)
-    flat[:pad] = med_r[0]
-    flat[pad:pad + m] = x
-    flat[pad + m:] = med_r[-1]
-    P -= med_r[:, None]
-    P /= den[:, None]  # rows without a warm baseline have an infinite bar: no candidates
-    ci = (P >= thr[:, None]).reshape(-1).nonzero()[0] - pad
+    at = r0 * K - pad  # the index in x of row r0's first point (r0 >= 1: at >= 0)
+    flat[:m - at] = x[at:]
+    flat[m - at:] = med_r[-1]
+    P -= med_r[r0:, None]
+    P /= den[r0:, None]
+    ci = (P >= thr[r0:, None]).reshape(-1).nonzero()[0] + at
     ci = ci[(ci >= 0) & (ci < m)]
     if not ci.shape[0]:
         return m
     ri = (ci + pad) // K
-    # the first candidate row on its own first: the first spike is usually there, and the
-    # later rows' MADs and the recent levels of their candidates are then never needed
-    split = int(np.searchsorted(ri, ri[0], side="right"))
-    for lo, hi in ((0, split), (split, ci.shape[0])):
-        if lo < hi:
-            j = _first_hit(det, x, A, R, ci[lo:hi], ri[lo:hi], med_r, meds, win)
-            if j >= 0:
-                return j
-    return m
-
-
-def _first_hit(det: SpikeDetector, x: np.ndarray, A: np.ndarray, R: int, ci: np.ndarray,
-               ri: np.ndarray, med_r: np.ndarray, meds: np.ndarray,
-               win: Callable[[int], np.ndarray]) -> int:
-    """The first of the candidates ``ci`` (in rows ``ri``) that passes the robust z and the
-    jump test; -1 if none does."""
-    scale: dict[int, float] = {}
-    for r in sorted(set(ri.tolist())):
-        if r == 0:
-            scale[0] = det._scale(det.med, det.mad)
-        else:
-            scale[r] = det._scale(float(meds[r - 1]), mad_sorted(win(r - 1), meds[r - 1]))
-    if len(scale) == 1:
-        sc: float | np.ndarray = next(iter(scale.values()))
-    else:
-        sc = np.array([scale[r] for r in ri.tolist()])
+    scale = {r: det._scale(float(meds[r - 1]), mad_sorted(win(r - 1), meds[r - 1]))
+             for r in set(ri.tolist())}  # (r0 >= 1: row 0 is never among them)
+    sc = np.array([scale[r] for r in ri.tolist()])
     z = (x[ci] - med_r[ri]) / sc
     pz = (z >= det.cfg.z_threshold).nonzero()[0]
     if not pz.shape[0]:
-        return -1
+        return m
     # every point before x[j] taken as accepted: its recent level is the median of the
     # recent_points values before it in A
     k = det.cfg.recent_points
     cj = ci[pz]
-    at = R + cj - k
-    if int(at[0]) >= 0:
-        recent = median_sorted(np.sort(windows(A, k)[at], axis=1))
+    st = R + cj - k
+    if int(st[0]) >= 0:
+        recent = median_sorted(np.sort(windows(A, k)[st], axis=1))
     else:  # fewer accepted points than that (a recent_points above min_points)
-        recent = np.array([small_median(A[max(0, a):a + k].tolist()) for a in at.tolist()])
+        recent = np.array([small_median(A[max(0, a):a + k].tolist()) for a in st.tolist()])
     hit = det._jumps(x[cj], recent, med_r[ri[pz]]).nonzero()[0]
-    return int(cj[hit[0]]) if hit.shape[0] else -1
+    return int(cj[hit[0]]) if hit.shape[0] else m

@@ -21,6 +21,9 @@ from trainwatch.rules.spike_detector import SpikeDetector, SpikeEvent
 
 class SpikeRule(Rule):
     role = ""
+    log_flagged = False
+    """Whether the anomalous points go to the context's log of this rule (only where another
+    rule asks for them: a log costs a tuple per point)."""
 
     def __init__(self, cfg: SpikeConfig, ctx: Context) -> None:
         super().__init__(cfg, ctx)
@@ -36,7 +39,7 @@ class SpikeRule(Rule):
         f = pts.finite()
         c = self._shift(f)
         events, flagged = self.det.update(f.values + c if c else f.values, f.steps)
-        if flagged.shape[0]:
+        if self.log_flagged and flagged.shape[0]:
             self.ctx.log(self.id).extend(f.pos[flagged].tolist(), f.steps[flagged].tolist())
         if c:
             events = [replace(ev, value=ev.value - c, median=ev.median - c,
@@ -133,6 +136,7 @@ class LossSpikeRule(SpikeRule):
 class GradExplosionRule(SpikeRule):
     id = "grad_explosion"
     role = "grad_norm"
+    log_flagged = True  # loss_spike and nan_inf ask whether the gradient norm spiked first
 
     def _hit(self, f: Points, ev: SpikeEvent) -> Hit:
         i = ev.index
