@@ -21,11 +21,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
 from trainwatch.rules.base import Points
-from trainwatch.rules.stats import median, median_sorted, theil_sen, trend, windows
+from trainwatch.rules.ordered_trend import (
+    spearman_in_order,
+    spearman_rows,
+    theil_sen_in_order,
+    trend_in_order,
+)
+from trainwatch.rules.stats import median, median_sorted, windows
 
 
 @dataclass(frozen=True)
@@ -50,16 +57,20 @@ class Evals:
         - 1), computed only where ``mask`` is set and the window starts before ``flat_from``
         (see :func:`flat_from`); 0 elsewhere (the caller knows it cannot matter there)."""
         n = self.end.shape[0]
-        first = self.end - self.window + 1
-        sel = np.ones(n, dtype=bool) if mask is None else mask.copy()
-        if flat_from is not None:
-            sel &= first < flat_from
+        first = self.end - (self.window - 1)
+        # the windows start in order: those before flat_from are a prefix
+        cut = n if flat_from is None else int(first.searchsorted(flat_from))
+        if mask is None and cut == n:
+            return quick_growth(self.values, first, self.end - (self.q - 1), self.q)
         out = np.zeros(n)
-        k = int(np.count_nonzero(sel))
-        if k == n:
-            return quick_growth(self.values, first, self.end - self.q + 1, self.q)
-        if k:
-            out[sel] = quick_growth(self.values, first[sel], self.end[sel] - self.q + 1, self.q)
+        if mask is None:
+            if cut:
+                out[:cut] = quick_growth(self.values, first[:cut], self.end[:cut] - (self.q - 1),
+                                         self.q)
+            return out
+        ks = np.flatnonzero(mask[:cut])
+        if ks.shape[0]:
+            out[ks] = quick_growth(self.values, first[ks], self.end[ks] - (self.q - 1), self.q)
         return out
 
     def window_at(self, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -67,28 +78,97 @@ class Evals:
         sl = slice(e - self.window + 1, e + 1)
         return self.steps[sl].astype(np.float64), self.values[sl]
 
-    def exact(self, k: int, min_rho: float = -1.0) -> tuple[float, float, float]:
-        """(slope per step, rho, growth over the window) of evaluation k (see :func:`trend`)."""
+    def exact(self, k: int, min_rho: float = -1.0, rho: float | None = None
+              ) -> tuple[float, float, float]:
+        """(slope per step, rho, growth over the window) of evaluation k (see
+        :func:`~trainwatch.rules.stats.trend`); ``rho``: from :class:`WindowRho`, if known."""
         x, y = self.window_at(k)
-        return trend(x, y, min_rho)
+        return trend_in_order(x, y, min_rho, rho)
+
+
+class WindowRho:
+    """Spearman rho of an :class:`Evals`' candidate windows, computed when first asked for, in
+    one vectorised pass over that window and the next few candidates: the exact tests run in
+    order and most fail on rho while a rise builds up (consecutive windows), so one pass answers
+    several of them (see :func:`~trainwatch.rules.ordered_trend.spearman_rows`)."""
+
+    def __init__(self, ev: Evals, cand: np.ndarray) -> None:
+        self.ev = ev
+        self.cand = cand
+        """Indices of the evaluations that may be asked for, in order."""
+        self.batch = 8
+        """Windows per pass: one pass over eight costs about what two or three single ones do
+        (30 or 200 points, with ties)."""
+        self._rho: dict[int, float] = {}
+        self._steps_in_order: bool | None = None
+
+    def get(self, k: int) -> float:
+        r = self._rho.get(k)
+        if r is None:
+            i = int(self.cand.searchsorted(k))
+            ks = self.cand[i:i + self.batch]
+            if ks.shape[0] == 0 or ks[0] != k:
+                ks = np.array([k])
+            self._rho.update(zip(ks.tolist(), self._compute(ks).tolist()))
+            r = self._rho[k]
+        return r
+
+    def _compute(self, ks: np.ndarray) -> np.ndarray:
+        ev = self.ev
+        if self._steps_in_order is None:
+            s = ev.steps
+            self._steps_in_order = bool((s[1:] > s[:-1]).all())
+        if not self._steps_in_order:  # (rare: a window may hold a repeated step)
+            return np.array([spearman_in_order(*ev.window_at(k)) for k in ks.tolist()])
+        return spearman_rows(windows(ev.values, ev.window)[ev.end[ks] - (ev.window - 1)])
 
 
 def quick_growth(values: np.ndarray, first: np.ndarray, last: np.ndarray, q: int) -> np.ndarray:
     """Median of ``values[last:last+q]`` over the median of ``values[first:first+q]``, minus 1."""
-    if first.shape[0] == 0:
+    k = first.shape[0]
+    if k == 0:
         return np.empty(0)
-    view = windows(values, q)
-    a = np.asarray(median_sorted(np.sort(view[first], axis=1)), dtype=np.float64)
-    b = np.asarray(median_sorted(np.sort(view[last], axis=1)), dtype=np.float64)
+    rows = windows(values, q)[np.concatenate((first, last))]  # one sort for both ends
+    rows.sort(axis=1)
+    med = np.asarray(median_sorted(rows), dtype=np.float64)
+    return _ratio(med[:k], med[k:])
+
+
+def _ratio(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``b / a - 1`` where ``a > 0``; else inf where ``b > a``, 0 elsewhere."""
+    if a.min() > 0:  # (the usual case: a memory or a step time)
+        g = b / a
+        g -= 1.0
+        return g
     with np.errstate(divide="ignore", invalid="ignore"):
-        g = np.where(a > 0, b / a - 1.0, np.where(b > a, np.inf, 0.0))
-    return g
+        return np.where(a > 0, b / a - 1.0, np.where(b > a, np.inf, 0.0))
 
 
-def flat_from(values: np.ndarray, bar: float) -> int:
+def joint_growth(ev: Evals, other: Pushed) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(span_growth(ev, other, ev.q, ...), ev.growth())`` in one pass, when ``other`` holds
+    the same records as ``ev`` in strictly increasing steps (memory logged with every step
+    time: the usual case): each window's span in ``other`` is then the same index range, and
+    both quick estimates take one sort. None otherwise."""
+    n, k, q = ev.values.shape[0], ev.end.shape[0], ev.q
+    if other.values.shape[0] != n or k == 0 or not np.array_equal(other.pos, ev.pos):
+        return None
+    s = ev.steps
+    if not bool((s[1:] > s[:-1]).all()):
+        return None  # (a repeated step: the span by steps may start earlier)
+    first = ev.end - (ev.window - 1)
+    last = ev.end - (q - 1)
+    rows = windows(np.concatenate((other.values, ev.values)), q)[
+        np.concatenate((first, last, first + n, last + n))]
+    rows.sort(axis=1)
+    med = np.asarray(median_sorted(rows), dtype=np.float64)
+    return _ratio(med[:k], med[k:2 * k]), _ratio(med[2 * k:3 * k], med[3 * k:])
+
+
+def flat_from(values: np.ndarray, bar: float, shortest: int = 0) -> int:
     """The first index from which the values stay positive and within ``bar`` of their minimum
     (``max - min < bar * min``, with a 0.1 % margin for rounding); ``len(values)`` if even the
-    last one is not positive.
+    last one is not positive, or if that flat tail is shorter than ``shortest`` (then it holds
+    no window of that many points, and one look at the last values says so).
 
     Every window inside that flat tail has a quick growth (a ratio of two medians of its values)
     below ``bar``, so a rule whose bar it is need not compute it there: on a steady series this
@@ -98,6 +178,11 @@ def flat_from(values: np.ndarray, bar: float) -> int:
     if n == 0:
         return 0
     rel = bar * 0.999
+    if 0 < shortest < n:
+        t = values[n - shortest:]
+        lo, hi = float(t.min()), float(t.max())
+        if not (lo > 0 and hi - lo < rel * lo):
+            return n
     lo, hi = float(values.min()), float(values.max())
     if lo > 0 and hi - lo < rel * lo:
         return 0
@@ -166,7 +251,7 @@ class TrendTrack:
                 continue
             i = max(0, first_count - 1 - c)  # the point at index j counts c + j + 1
             if i and first_step < math.inf:
-                i = min(i, int(np.searchsorted(steps, first_step, side="left")))
+                i = min(i, int(steps.searchsorted(first_step, "left")))
             if i < n:
                 part = vals[i:] if i else vals
                 lo, hi = min(lo, float(part.min())), max(hi, float(part.max()))
@@ -211,8 +296,8 @@ def span_growth(ev: Evals, other: Pushed | None, q: int, min_points: int,
         return np.full(n, np.nan)
     # up to the evaluated record (by position, not step: a later record may share the step)
     s0 = ev.steps[ev.end - ev.window + 1]
-    lo = np.searchsorted(other.steps, s0, side="left")
-    hi = np.searchsorted(other.pos, ev.pos[ev.end], side="right")
+    lo = other.steps.searchsorted(s0, "left")
+    hi = other.pos.searchsorted(ev.pos[ev.end], "right")
     ok = (hi - lo) >= max(min_points, q)
     out = np.full(n, np.nan)
     if flat is not None:
@@ -227,8 +312,8 @@ def span_window(ev: Evals, k: int, other: Pushed) -> tuple[np.ndarray, np.ndarra
     """``other``'s (steps, values) within the step span of ``ev``'s evaluation k (up to the
     evaluated record, by position: a later record may share its step)."""
     e = int(ev.end[k])
-    lo = int(np.searchsorted(other.steps, ev.steps[e - ev.window + 1], side="left"))
-    hi = int(np.searchsorted(other.pos, ev.pos[e], side="right"))
+    lo = int(other.steps.searchsorted(ev.steps[e - ev.window + 1], "left"))
+    hi = int(other.pos.searchsorted(ev.pos[e], "right"))
     return other.steps[lo:hi].astype(np.float64), other.values[lo:hi]
 
 
@@ -236,7 +321,7 @@ def span_trend(ev: Evals, k: int, other: Pushed, min_rho: float = -1.0
                ) -> tuple[float, float, float, int]:
     """Exact trend of ``other`` within the step span of ``ev``'s evaluation k."""
     x, y = span_window(ev, k, other)
-    slope, rho, growth = trend(x, y, min_rho)
+    slope, rho, growth = trend_in_order(x, y, min_rho)
     return slope, rho, growth, x.shape[0]
 
 
@@ -255,20 +340,28 @@ def best_step(y: np.ndarray, min_seg: int) -> tuple[int, float, float]:
     if n < 2 * min_seg:
         return n // 2, 0.0, 0.0
     srt = np.sort(y)
-    yc = np.clip(y, srt[n // 10], srt[n - 1 - n // 10])
+    yc = np.minimum(np.maximum(y, srt[n // 10]), srt[n - 1 - n // 10])  # (np.clip, for less)
     yc = yc - yc.mean()
     tot = float(np.dot(yc, yc))
     if tot <= 0:
         return n // 2, 0.0, 0.0
-    s = np.arange(min_seg, n - min_seg + 1)
-    c = np.cumsum(yc)[s - 1]
+    s, sizes, xc, sxx = _split_table(n, min_seg)
+    c = np.cumsum(yc)[min_seg - 1:n - min_seg]  # (at s - 1)
     # the two segments' sums are c and -c (the values are centred): between-segment sum of
     # squares of a split at s
-    between = c * c * n / (s * (n - s))
+    between = c * c * n / sizes
     k = int(np.argmax(between))
-    xc = np.arange(n) - (n - 1) * 0.5
-    line = float(np.dot(xc, yc)) ** 2 / (float(np.dot(xc, xc)) * tot)
+    line = float(np.dot(xc, yc)) ** 2 / (sxx * tot)
     return int(s[k]), float(between[k] / tot), line
+
+
+@lru_cache(maxsize=16)
+def _split_table(n: int, min_seg: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    """For :func:`best_step` on n points: the splits s, s (n - s), the centred index and its
+    sum of squares."""
+    s = np.arange(min_seg, n - min_seg + 1)
+    xc = np.arange(n) - (n - 1) * 0.5
+    return s, s * (n - s), xc, float(np.dot(xc, xc))
 
 
 LINE_VS_STEP = 0.9
@@ -299,5 +392,5 @@ def steady_rise(x: np.ndarray, y: np.ndarray, min_late: float) -> tuple[bool, fl
     dist = float(x[split:].mean() - x[:split].mean())
     if not (jump > 0 and dist > 0):
         return False, 0.0
-    late = theil_sen(x[split:], y[split:]) / (jump / dist)
+    late = theil_sen_in_order(x[split:], y[split:]) / (jump / dist)
     return late >= min_late and n - split >= max(3, n // 4), late

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from bisect import bisect_left
 
 import numpy as np
 
@@ -23,14 +24,16 @@ from trainwatch.rules.growth import (
     Evals,
     Pushed,
     TrendTrack,
+    WindowRho,
     flat_from,
+    joint_growth,
     span_growth,
     span_trend,
     span_window,
     steady_rise,
-    trend,
 )
 from trainwatch.rules.models import DetachConfig, MemoryConfig
+from trainwatch.rules.ordered_trend import trend_in_order
 
 DETACH_CAUSES = [
     (("the recurrent hidden state (h, or (h, c) for an LSTM) is carried to the next sample or "
@@ -131,23 +134,30 @@ class GrowthAnalysis:
         # windows inside a steady tail cannot reach the quick growth bars: their estimates are
         # not computed (see flat_from)
         m_flat = None if flat or not mv.shape[0] or not self.fast else flat_from(
-            mv, min(mem.min_growth, det.memory_min_growth) / 2)
+            mv, min(mem.min_growth, det.memory_min_growth) / 2, min(mem.window, det.window))
         events: list[tuple[int, int, str, int]] = []  # (pos, order, kind, index)
         if det.enabled:
             events += [(h.pos, 0, "probe", i) for i, h in enumerate(probe_hits)]
             if ev_t.end.shape[0] and trend_live and not flat:
-                if has_mem:
+                joint = joint_growth(ev_t, mp) if has_mem and self.fast else None
+                if joint is not None:
+                    # both must rise (memory's windows in its flat tail cannot: see flat_from)
+                    cand = joint[0] >= det.memory_min_growth / 2
+                    cand &= joint[1] >= det.time_min_growth / 2
+                elif has_mem:
                     # both must rise: the step time's estimate only where memory's passes
                     pre_m = span_growth(ev_t, mp, ev_t.q, 5, m_flat)
                     cand = pre_m >= det.memory_min_growth / 2
                     if cand.any():
                         cand &= ev_t.growth(mask=cand) >= det.time_min_growth / 2
                 elif det.time_only:
-                    t_flat = flat_from(tp.values, det.time_only_growth / 2) if self.fast else None
+                    t_flat = (flat_from(tp.values, det.time_only_growth / 2, det.window)
+                              if self.fast else None)
                     cand = ev_t.growth(t_flat) >= det.time_only_growth / 2
                 else:
                     cand = np.zeros(ev_t.end.shape[0], dtype=bool)
                 ks = np.flatnonzero(cand)
+                t_rho = WindowRho(ev_t, ks)
                 events += zip(ev_t.pos[ev_t.end[ks]].tolist(), itertools.repeat(1),
                               itertools.repeat("trend"), ks.tolist())
             ev_g = None if graph is None else self.graph_track.push(graph).evals(
@@ -159,24 +169,20 @@ class GrowthAnalysis:
                               itertools.repeat("graph"), ks.tolist())
         else:
             ev_g = None
+        mem_pre = m_rho = None
         if mem_live and ev_m.end.shape[0] and (self.mem_active or not flat):
             pre = ev_m.growth(m_flat) >= mem.min_growth / 2
             if pre.any() or self.mem_active:
-                # a window that passes the quick bar is judged (unless one already holds the
-                # episode); one that fails ends the episode: only the first of a run can
-                keep = pre.copy()
-                keep[0] = True
-                keep[1:] |= pre[:-1]
-                ks = np.flatnonzero(keep)
-                events += zip(ev_m.pos[ev_m.end[ks]].tolist(), itertools.repeat(3),
-                              np.where(pre[ks], "mem", "mem_ok").tolist(), ks.tolist())
+                mem_pre = pre
+                m_rho = WindowRho(ev_m, np.flatnonzero(pre))
         out: dict[str, list[Hit]] = {"state_detach": [], "memory_growth": []}
-        for _pos, _o, kind, k in sorted(events):
+
+        def other(kind: str, k: int) -> None:
             if kind == "probe":
                 out["state_detach"].append(probe_hits[k])
                 self.detach_fired = True
             elif kind == "trend" and not (self.trend_fired or self.mem_fired):
-                hit = self._trend(frame, ev_t, mp if has_mem else None, k)
+                hit = self._trend(frame, ev_t, mp if has_mem else None, k, t_rho.get(k))
                 if hit is not None:
                     out["state_detach"].append(hit)
                     self.trend_fired = self.detach_fired = True
@@ -185,25 +191,71 @@ class GrowthAnalysis:
                 if hit is not None:
                     out["state_detach"].append(hit)
                     self.trend_fired = self.detach_fired = True
-            elif kind in ("mem", "mem_ok") and self.fast and self.detach_fired:
-                continue  # fired earlier in this frame: the memory windows can change nothing
-            elif kind == "mem_ok":
-                self.mem_active = False
-            elif kind == "mem" and not self.mem_active:
-                m_trend = ev_m.exact(k, mem.min_rho)
-                if not (m_trend[1] >= mem.min_rho and m_trend[2] >= mem.min_growth):
-                    continue
-                self.mem_active = True
-                if self.detach_fired:
-                    continue  # the same growth, already diagnosed as state_detach
-                hit, time_rising = self._memory(frame, ev_m, tp, k, m_trend)
-                if time_rising and det.enabled and not self.trend_fired:
-                    out["state_detach"].append(hit)
-                    self.trend_fired = self.detach_fired = True
-                elif not time_rising:
-                    out["memory_growth"].append(hit)
-                    self.mem_fired = True
+
+        if mem_pre is None or m_rho is None:
+            for _pos, _o, kind, k in sorted(events):
+                other(kind, k)
+        elif not self.fast:
+            # a window that passes the quick bar is judged (unless one already holds the
+            # episode); one that fails ends the episode: only the first of a run can
+            keep = mem_pre.copy()
+            keep[0] = True
+            keep[1:] |= mem_pre[:-1]
+            ks = np.flatnonzero(keep)
+            events += zip(ev_m.pos[ev_m.end[ks]].tolist(), itertools.repeat(3),
+                          np.where(mem_pre[ks], "mem", "mem_ok").tolist(), ks.tolist())
+            for _pos, _o, kind, k in sorted(events):
+                if kind == "mem_ok":
+                    self.mem_active = False
+                elif kind == "mem":
+                    if not self.mem_active:
+                        self._judge_memory(frame, ev_m, m_rho, tp, k, out)
+                else:
+                    other(kind, k)
+        else:
+            # the same, with the memory windows that can change something only: while an
+            # episode holds, the next that fails the quick bar (it ends it); else the next that
+            # passes (it is judged); none once state_detach has fired (memory_growth yields)
+            ups = np.flatnonzero(mem_pre).tolist()
+            downs = np.flatnonzero(~mem_pre).tolist()
+            m_pos = ev_m.pos[ev_m.end].tolist()
+            cur = 0
+            for pos, _o, kind, k in [*sorted(events), (math.inf, 0, "", 0)]:
+                while not self.detach_fired:  # the windows before this record (at it: after)
+                    seq = downs if self.mem_active else ups
+                    i = bisect_left(seq, cur)
+                    if i == len(seq) or m_pos[seq[i]] >= pos:
+                        break
+                    cur = seq[i] + 1
+                    if self.mem_active:
+                        self.mem_active = False
+                    else:
+                        self._judge_memory(frame, ev_m, m_rho, tp, seq[i], out)
+                if kind == "probe" or not (self.trend_fired or self.mem_fired):
+                    other(kind, k)  # (else a trend or graph window: they are settled)
         return out
+
+    def _judge_memory(self, frame: Frame, ev_m: Evals, m_rho: WindowRho, tp: Pushed, k: int,
+                      out: dict[str, list[Hit]]) -> None:
+        """Memory window k passed the quick bar while no episode holds: the exact test, and the
+        hit (memory_growth, or state_detach if the step time ramps with it) into ``out``."""
+        mem, det = self.mem, self.det
+        rho = m_rho.get(k)
+        if rho < mem.min_rho:
+            return  # (the exact test below would say so: most windows stop here)
+        m_trend = ev_m.exact(k, mem.min_rho, rho)
+        if not (m_trend[1] >= mem.min_rho and m_trend[2] >= mem.min_growth):
+            return
+        self.mem_active = True
+        if self.detach_fired:
+            return  # the same growth, already diagnosed as state_detach
+        hit, time_rising = self._memory(frame, ev_m, tp, k, m_trend)
+        if time_rising and det.enabled and not self.trend_fired:
+            out["state_detach"].append(hit)
+            self.trend_fired = self.detach_fired = True
+        elif not time_rising:
+            out["memory_growth"].append(hit)
+            self.mem_fired = True
 
     def _probe(self, frame: Frame) -> list[Hit]:
         det = self.det
@@ -239,31 +291,38 @@ class GrowthAnalysis:
         mm = self.graph_track.minmax_from(graph, 1, math.inf)
         return mm is None or (mm[0] > 0 and mm[1] - mm[0] < self.det.graph_min_growth / 2 * mm[0])
 
-    def _trend(self, frame: Frame, ev_t: Evals, ev_dm: Pushed | None, k: int) -> Hit | None:
+    def _trend(self, frame: Frame, ev_t: Evals, ev_dm: Pushed | None, k: int, rho: float
+               ) -> Hit | None:
+        """The hit for the step time rising in evaluation k (its Spearman ``rho``, known), if
+        it passes the bars."""
         det = self.det
+        min_rho = det.time_min_rho if ev_dm is not None else det.time_only_rho
+        if rho < min_rho:
+            return None  # (trend() would skip the slope, and the bar below fail)
         x_t, y_t = ev_t.window_at(k)
-        _slope, rho_t, g_t = trend(
-            x_t, y_t, det.time_min_rho if ev_dm is not None else det.time_only_rho)
-        e = int(ev_t.end[k])
-        span = int(ev_t.steps[e] - ev_t.steps[e - ev_t.window + 1])
-        evidence: dict[str, object] = {"window_points": ev_t.window, "steps": span,
-                                       "step_time_growth": r6(g_t), "step_time_rho": r6(rho_t)}
+        _slope, rho_t, g_t = trend_in_order(x_t, y_t, min_rho, rho)
+        # the bars first: most candidates fail them, and need no evidence
         if ev_dm is not None:
             if not (rho_t >= det.time_min_rho and g_t >= det.time_min_growth):
                 return None
             _ms, rho_m, g_m, n_m = span_trend(ev_t, k, ev_dm, det.memory_min_rho)
-            if not (n_m >= 5 and rho_m >= det.memory_min_rho and g_m >= det.memory_min_growth
-                    and self._steady(x_t, y_t, evidence)):
+            if not (n_m >= 5 and rho_m >= det.memory_min_rho and g_m >= det.memory_min_growth):
                 return None
+        elif not (rho_t >= det.time_only_rho and g_t >= det.time_only_growth):
+            return None
+        e = int(ev_t.end[k])
+        span = int(ev_t.steps[e] - ev_t.steps[e - ev_t.window + 1])
+        evidence: dict[str, object] = {"window_points": ev_t.window, "steps": span,
+                                       "step_time_growth": r6(g_t), "step_time_rho": r6(rho_t)}
+        if not self._steady(x_t, y_t, evidence):
+            return None
+        if ev_dm is not None:
             evidence.update({"memory_growth": r6(g_m), "memory_rho": r6(rho_m)})
             message = (f"Step time and memory are rising together (+{pct(g_t)} and +{pct(g_m)} "
                        f"over the last {span} steps): the recurrent state is probably not "
                        "detached, so each backward pass runs through the whole history.")
             causes = DETACH_CAUSES
         else:
-            if not (rho_t >= det.time_only_rho and g_t >= det.time_only_growth
-                    and self._steady(x_t, y_t, evidence)):
-                return None
             message = (f"Step time is rising steadily (+{pct(g_t)} over the last {span} steps, "
                        f"Spearman {fmt(rho_t)}): each backward pass grows, as when the recurrent "
                        "state is not detached between chunks.")
@@ -308,7 +367,7 @@ class GrowthAnalysis:
         slope, rho, g = m_trend
         x_t, y_t = span_window(ev_m, k, ev_tl)
         n_t = x_t.shape[0]
-        _slope, rho_t, g_t = trend(x_t, y_t, det.time_min_rho)
+        _slope, rho_t, g_t = trend_in_order(x_t, y_t, det.time_min_rho)
         e = int(ev_m.end[k])
         x0 = float(ev_m.values[e - ev_m.window + 1])
         span = int(ev_m.steps[e] - ev_m.steps[e - ev_m.window + 1])

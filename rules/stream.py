@@ -123,6 +123,20 @@ class StalledStreamRule(Rule):
         rows = np.flatnonzero(frame.rec_is_event).tolist()
         names = [ev.name for ev in frame.events[:len(rows)]]
         names += [""] * (len(rows) - len(names))  # an event row without its event: another event
+        i0 = 0
+        if self.fast and not fin:
+            # until the first end event only (re)start events act (the walk below would only
+            # clear their rows): skip to it
+            for name in names:
+                if name in cfg.end_events:
+                    break
+                if name in _STARTS:
+                    valid[rows[i0]] = False
+                    self.announced = True
+                i0 += 1
+            if i0:
+                prev = rows[i0 - 1]
+                rows, names = rows[i0:], names[i0:]
         for row, name in zip(rows, names):
             if row > prev + 1:  # metric records in between: the first one ends a finished run
                 if fin:

@@ -68,14 +68,46 @@ class ThroughputDropRule(Rule):
             return []
         hits: list[Hit] = []
         meds = b.med.tolist()
+        i0 = self._filling(b.med, meds) if self.fast else 0
+        if i0 == len(meds):
+            return []
 
         def slow(i: int) -> None:
-            hit = self._block(b, i, meds[i], inverted, pts.name)
+            hit = self._block(b, i0 + i, meds[i0 + i], inverted, pts.name)
             if hit is not None:
                 hits.append(hit)
 
-        drive(len(meds), self._ready, lambda i, j: self._quiet_prefix(b.med[i:j]), slow)
+        drive(len(meds) - i0, self._ready,
+              lambda i, j: self._quiet_prefix(b.med[i0 + i:i0 + j]), slow)
         return hits
+
+    def _filling(self, med: np.ndarray, meds: list[float]) -> int:
+        """Take leading blocks the quick way, as :meth:`_block` would: the warm-up's; then, with
+        no episode under way, every block when none can be low (each block's reference is a
+        median of earlier blocks, so at most their maximum: a frame whose lowest block is above
+        ``1 - drop`` times that has no low block, the common case); else the normal ones while
+        the reference fills (:meth:`_quiet_prefix` needs a full one). Returns how many."""
+        cfg: ThroughputConfig = self.cfg
+        ref, n, i = self.ref, len(meds), 0
+        if self.nblk < cfg.warmup_windows:
+            i = min(cfg.warmup_windows - self.nblk, n)
+            ref.extend(meds[:i])
+            self.nblk += i
+        if self.low or self.active or not ref or i == n:
+            return i
+        bar = 1.0 - cfg.drop
+        rest = med[i:]
+        if bar > 0 and float(rest.min()) > bar * max(float(rest.max()), max(ref)):
+            ref.extend(meds[i:])
+            self.nblk += n - i
+            return n
+        while i < n and len(ref) < (ref.maxlen or 0):
+            if meds[i] <= bar * small_median(ref):
+                break  # a low block: the reference path takes it
+            ref.append(meds[i])
+            self.nblk += 1
+            i += 1
+        return i
 
     def _block(self, b: Blocks, i: int, med: float, inverted: bool, name: str) -> Hit | None:
         """One block, the reference."""

@@ -14,7 +14,15 @@ from test_rules_data import clean, engine_alerts, idx, of, parse_all, parse_live
 
 from trainwatch.rules import ConfigError, RuleEngine, load_rules_config, memory
 from trainwatch.rules.base import Points
-from trainwatch.rules.growth import TrendTrack, best_step, steady_rise
+from trainwatch.rules.growth import (
+    TrendTrack,
+    WindowRho,
+    best_step,
+    flat_from,
+    joint_growth,
+    span_growth,
+    steady_rise,
+)
 from trainwatch.rules.stats import spearman, theil_sen
 
 SEEDS = range(6)
@@ -49,6 +57,30 @@ def test_best_step_matches_trying_every_split(seed: int) -> None:
     got = best_step(y, max(3, n // 10))
     ref = _best_step_reference(y, max(3, n // 10))
     assert got[0] == ref[0] and got[1:] == pytest.approx(ref[1:], rel=1e-9)
+
+
+def _best_step_plain(y: np.ndarray, min_seg: int) -> tuple[int, float, float]:
+    """best_step's arithmetic written out directly (np.clip, every table computed in place)."""
+    n = y.shape[0]
+    srt = np.sort(y)
+    yc = np.clip(y, srt[n // 10], srt[n - 1 - n // 10])
+    yc = yc - yc.mean()
+    tot = float(np.dot(yc, yc))
+    s = np.arange(min_seg, n - min_seg + 1)
+    c = np.cumsum(yc)[s - 1]
+    between = c * c * n / (s * (n - s))
+    k = int(np.argmax(between))
+    xc = np.arange(n) - (n - 1) * 0.5
+    return int(s[k]), float(between[k] / tot), float(np.dot(xc, yc)) ** 2 / (
+        float(np.dot(xc, xc)) * tot)
+
+
+@pytest.mark.parametrize("n", [12, 30, 31, 200])
+def test_best_step_is_bit_identical_to_its_plain_arithmetic(n: int) -> None:
+    rng = np.random.default_rng(n)
+    for _ in range(50):
+        y = rng.lognormal(0, 0.1, n) * (1 + (np.arange(n) > rng.integers(2, n - 2)))
+        assert best_step(y, max(3, n // 10)) == _best_step_plain(y, max(3, n // 10))
 
 
 def _shape(kind: str, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -301,3 +333,88 @@ def test_settled_analysis_matches_the_full_one(seed: int,
         ("state_detach", "error"), ("state_detach", "warning"), ("state_detach", "error")]
     assert [r for r, *_ in leak_then_ramp] == ["memory_growth", "state_detach"], leak_then_ramp
     assert [r for r, *_ in resumed] == ["state_detach", "memory_growth"], resumed
+
+
+def _pushed(seed: int, n: int, rise_at: int) -> tuple[Points, Points]:
+    """Step time and memory in the same records (memory rising from ``rise_at``)."""
+    rng = np.random.default_rng(seed)
+    steps = np.arange(1, n + 1)
+    pos = steps * 2 + 7
+    k = np.maximum(0, steps - rise_at)
+    t = 0.3 * (1 + 0.004 * k) * rng.lognormal(0, 0.03, n)
+    m = np.round(1000 * (1 + 1e-4 * k) * rng.lognormal(0, 0.001, n), 1)  # with ties
+    return (Points("step_time", steps, t, steps * 1.0, pos),
+            Points("memory", steps, m, steps * 1.0, pos))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_joint_growth_is_span_growth_and_growth(seed: int) -> None:
+    # memory logged in every step-time record: the joint pass gives both quick estimates of
+    # every window, bit for bit; otherwise it declines
+    t, m = _pushed(seed, 700, 300)
+    tt, mt = TrendTrack(200), TrendTrack(200)
+    for cut in (slice(0, 250), slice(250, 251), slice(251, 700)):
+        tp, mp = tt.push(t.take(cut)), mt.push(m.take(cut))
+        ev = tp.evals(30, 5, 10)
+        got = joint_growth(ev, mp)
+        if not ev.end.shape[0]:
+            assert got is None
+            continue
+        assert got is not None
+        assert got[0].tolist() == span_growth(ev, mp, ev.q, 5).tolist()
+        assert got[1].tolist() == ev.growth().tolist()
+    sparse = m.take(np.arange(0, 700, 2))
+    tp, mp = TrendTrack(200).push(t), TrendTrack(200).push(sparse)
+    assert joint_growth(tp.evals(30, 5, 10), mp) is None
+
+
+def _interleaved(seed: int) -> bytes:
+    """A leak and a step-time ramp starting close together, at random: memory windows and
+    step-time windows come due at nearby records, and either rule may own the growth."""
+    rng = np.random.default_rng([seed, 7])
+    run = clean(1600, "exp", seed=seed)
+    s = run["step"]
+    leak, ramp = int(rng.integers(500, 900)), int(rng.integers(500, 1100))
+    run["memory"] = run["memory"] * (1 + rng.uniform(5e-5, 4e-4) * np.maximum(0, s - leak))
+    run["step_time"] = run["step_time"] * (1 + rng.uniform(0, 4e-3) * np.maximum(0, s - ramp))
+    run["throughput"] = 4096.0 / run["step_time"]
+    return to_jsonl(run)
+
+
+def test_lazy_memory_windows_match_the_event_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the fast path visits only the memory windows that can change something, merged with the
+    # step-time and graph windows by record: the same alerts as every window in one sorted loop
+    datas = [_interleaved(seed) for seed in range(16)]
+    fast = [_growth_alerts_of(parse_all(d)) for d in datas]
+    monkeypatch.setattr(memory.GrowthAnalysis, "fast", False)
+    assert fast == [_growth_alerts_of(parse_all(d)) for d in datas]
+    rules = [r for run in fast for r, *_ in run]
+    assert "memory_growth" in rules and "state_detach" in rules
+
+
+def test_flat_from_gives_up_on_tails_shorter_than_a_window() -> None:
+    for seed in range(20):
+        rng = np.random.default_rng(seed)
+        x = 1000.0 * (1 + rng.normal(0, 2e-3, 300))
+        x[: rng.integers(200, 300)] *= rng.uniform(0.5, 0.99)  # steady only over the last few
+        full = flat_from(x, 0.005)
+        for shortest in (5, 30, 64):
+            want = full if x.shape[0] - full >= shortest else x.shape[0]
+            assert flat_from(x, 0.005, shortest) == want, (seed, shortest, full)
+
+
+@pytest.mark.parametrize("repeat", [False, True])
+def test_window_rho_is_each_windows_spearman(repeat: bool) -> None:
+    # asked in any order, computed eight candidates at a time (or one by one when a step
+    # repeats): each window's rho as stats.spearman gives it
+    _t, m = _pushed(3, 600, 250)
+    if repeat:
+        steps = m.steps.copy()
+        steps[300] = steps[299]
+        m = Points("memory", steps, m.values, m.times, m.pos)
+    ev = TrendTrack(200).push(m).evals(200, 10, 50)
+    cand = np.flatnonzero(np.arange(ev.end.shape[0]) % 3 != 1)
+    rho = WindowRho(ev, cand)
+    for k in [*cand[::-1][:3].tolist(), *cand.tolist()]:
+        x, y = ev.window_at(k)
+        assert rho.get(int(k)) == spearman(x, y), k

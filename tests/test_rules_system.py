@@ -110,6 +110,29 @@ def test_throughput_drop() -> None:
     assert "dropped 50 %" in next(a for a in alerts if a.rule == "throughput_drop").message
 
 
+@pytest.mark.parametrize("at", [70, 110, 150, 190, 230, 400])
+def test_throughput_drop_while_the_reference_fills_matches_the_block_loop(
+        at: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the first blocks of a segment (warm-up, the reference filling) and frames where no block
+    # can be low are taken in one step: a drop among them is found as block by block
+    run = clean(1200, "exp", seed=at)
+    run["throughput"][idx(run, at):idx(run, at + 300)] *= 0.5
+    data = to_jsonl(run)
+    from trainwatch.rules.throughput import ThroughputDropRule
+
+    def drops(batches: list) -> list[tuple[int, str]]:
+        e = RuleEngine(load_rules_config(), live=True)
+        for b in batches:
+            e.feed(b)
+        return [(a.step, a.message) for a in e.alerts if a.rule == "throughput_drop"]
+
+    feeds = [parse_all(data), parse_live(data, seed=at, max_lines=150)]
+    fast = [drops(f) for f in feeds]
+    monkeypatch.setattr(ThroughputDropRule, "fast", False)
+    assert fast == [drops(f) for f in feeds]
+    assert len(fast[0]) == 1 and at < fast[0][0][0] <= at + 60, fast
+
+
 def test_throughput_drop_is_one_alert_per_episode() -> None:
     # another job takes the CPU for 60 of every 200 steps (18 s of every minute): one episode,
     # not an alert per dip; after 450 s of full speed the rule re-arms for a new drop
