@@ -19,7 +19,6 @@ from __future__ import annotations
 import math
 from bisect import insort
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -32,28 +31,133 @@ _SE_MEDIAN = 1.2533
 """Standard error of a median is about 1.2533 sigma / sqrt(n) for normal data."""
 
 
-@dataclass(frozen=True, slots=True)
 class Blocks:
-    med: np.ndarray
-    mad: np.ndarray
-    """(empty when the stream computes no noise)"""
-    noise: np.ndarray
-    """Relative standard error of a block median, over the last NOISE_BLOCKS blocks (empty when
-    the stream computes no noise)."""
-    step: np.ndarray
-    time: np.ndarray
-    pos: np.ndarray
+    """The blocks one push completed: their medians, MADs, noise levels and the step, time and
+    record of each one's last point. A value: never changed once made (a lazy stream's MAD and
+    noise level are computed at their first read, see :class:`BlockStream`)."""
+
+    __slots__ = ("_mad", "_noise", "_spread", "med", "pos", "step", "time")
+
+    def __init__(self, med: np.ndarray, mad: np.ndarray | None, noise: np.ndarray | None,
+                 step: np.ndarray, time: np.ndarray, pos: np.ndarray,
+                 spread: _Spread | None = None) -> None:
+        self.med = med
+        self._mad = mad
+        self._noise = noise
+        self.step = step
+        self.time = time
+        self.pos = pos
+        self._spread = spread
+        """Computes the MAD and noise level (None once they are, or when they were given)."""
+
+    @property
+    def mad(self) -> np.ndarray:
+        """(empty when the stream computes no noise)"""
+        if self._mad is None:
+            self._read_spread()
+        return self._mad  # type: ignore[return-value]
+
+    @property
+    def noise(self) -> np.ndarray:
+        """Relative standard error of a block median, over the last NOISE_BLOCKS blocks (empty
+        when the stream computes no noise)."""
+        if self._noise is None:
+            self._read_spread()
+        return self._noise  # type: ignore[return-value]
+
+    def _read_spread(self) -> None:
+        assert self._spread is not None
+        self._mad, self._noise = self._spread.mad_noise()
+        self._spread = None
 
     def __len__(self) -> int:
         return int(self.med.shape[0])
 
 
+class _Spread:
+    """The MAD and noise level of a lazy stream's push, computed when first asked for, from the
+    push's sorted rows and the relative errors of the blocks before them."""
+
+    __slots__ = ("hist", "med", "rel", "rows", "se")
+
+    def __init__(self, se: float, rows: np.ndarray, med: np.ndarray, hist: np.ndarray) -> None:
+        self.se, self.rows, self.med, self.hist = se, rows, med, hist
+        self.rel: np.ndarray | None = None
+        """The blocks' relative errors, once computed."""
+
+    def mad_noise(self) -> tuple[np.ndarray, np.ndarray]:
+        mad, self.rel = mad_rel(self.se, self.rows, self.med)
+        return mad, rolling_noise(self.hist, self.rel)
+
+    def carry(self) -> np.ndarray:
+        """The relative errors of the last NOISE_BLOCKS - 1 blocks up to this push's last: the
+        next push's history (when no rule read this push's noise, of its last blocks alone)."""
+        w = NOISE_BLOCKS - 1
+        rel = self.rel
+        if rel is None:
+            rel = mad_rel(self.se, self.rows[-w:], self.med[-w:])[1]
+        return (np.concatenate((self.hist, rel)) if self.hist.shape[0] else rel)[-w:]
+
+
+def mad_rel(se: float, rows: np.ndarray, med: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The MAD of each sorted row whose median is ``med``, and the relative standard error of
+    the median, ``se`` x MAD / |median| (0 at a median of 0, and where it overflows)."""
+    k = rows.shape[1]
+    dev = rows - med[:, None]
+    np.abs(dev, out=dev)
+    dev.sort(axis=1)
+    mad = dev[:, (k - 1) // 2] + dev[:, k // 2]
+    mad *= 0.5
+    absmed = np.abs(med)
+    if absmed.min() > 0:
+        rel = se * mad / absmed
+    else:
+        rel = np.zeros(med.shape[0])
+        np.divide(se * mad, absmed, out=rel, where=absmed > 0)
+    if not np.isfinite(rel.sum()):  # (a huge MAD over a tiny median: treated as no noise)
+        rel[~np.isfinite(rel)] = 0.0
+    return mad, rel
+
+
+def rolling_noise(hist: np.ndarray, rel: np.ndarray) -> np.ndarray:
+    """Median of each block's and the previous NOISE_BLOCKS - 1 blocks' values (``rel``, with
+    the values of the blocks before it, ``hist``: fewer at a segment's start)."""
+    w = NOISE_BLOCKS
+    h = len(hist)
+    m = rel.shape[0]
+    seq = np.concatenate((hist, rel)) if h else rel
+    short = min(m, max(0, w - 1 - h))  # the first blocks after a reset
+    if not short:
+        rows = np.sort(windows(seq, w)[h - w + 1:], axis=1)
+        out = rows[:, (w - 1) // 2] + rows[:, w // 2]
+        out *= 0.5
+        return out
+    # (one sorted list grown a value at a time: a median per block for ~0.3 us, where a
+    # sort of each prefix cost ~1 us)
+    vals = seq[: h + short].tolist()
+    cur = sorted(vals[:h])
+    head = []
+    for x in vals[h:]:
+        insort(cur, x)
+        c = len(cur)
+        head.append((cur[(c - 1) // 2] + cur[c // 2]) * 0.5)
+    if short == m:
+        return np.array(head)
+    rows = np.sort(windows(seq, w)[h + short - w + 1:], axis=1)
+    rest = rows[:, (w - 1) // 2] + rows[:, w // 2]
+    rest *= 0.5
+    return np.concatenate((head, rest))
+
+
 class BlockStream:
-    def __init__(self, k: int, *, noise: bool = True) -> None:
+    def __init__(self, k: int, *, noise: bool = True, lazy: bool = False) -> None:
         self.k = k
         self.noise = noise
         """Compute the blocks' MAD and noise level (a stream whose rules read only the medians
         leaves them empty)."""
+        self.lazy = lazy
+        """Compute them when a rule first reads them, not at the push (for a rule that needs
+        them at a few blocks only, and often at none: a sort and a rolling median saved)."""
         self.se = _SE_MEDIAN * MAD_TO_SIGMA / math.sqrt(k)
         self.reset()
 
@@ -62,7 +166,10 @@ class BlockStream:
         """Values of the block under way (fewer than k): its last point is still to come, so
         only the values are carried; step, time and record come from the point that ends it."""
         self._rel = np.empty(0)
-        """Relative standard errors of the last NOISE_BLOCKS - 1 blocks."""
+        """Relative standard errors of the last NOISE_BLOCKS - 1 blocks (of a lazy stream, up to
+        the push before ``_pending``)."""
+        self._pending: _Spread | None = None
+        """A lazy stream's last push: its blocks' errors join ``_rel`` at the next push."""
         self.count = 0
         """Blocks completed since the last reset."""
 
@@ -85,51 +192,17 @@ class BlockStream:
         last = slice(k - c - 1, k - c - 1 + nb * k, k)
         if not self.noise:
             return Blocks(med, _NONE, _NONE, pts.steps[last], pts.times[last], pts.pos[last])
-        dev = rows - med[:, None]
-        np.abs(dev, out=dev)
-        dev.sort(axis=1)
-        mad = dev[:, (k - 1) // 2] + dev[:, k // 2]
-        mad *= 0.5
-        absmed = np.abs(med)
-        if absmed.min() > 0:
-            rel = self.se * mad / absmed
-        else:
-            rel = np.zeros(med.shape[0])
-            np.divide(self.se * mad, absmed, out=rel, where=absmed > 0)
-        if not np.isfinite(rel.sum()):  # (a huge MAD over a tiny median: treated as no noise)
-            rel[~np.isfinite(rel)] = 0.0
-        noise = self._rolling(rel)
+        if self._pending is not None:
+            self._rel, self._pending = self._pending.carry(), None
+        if self.lazy:
+            self._pending = _Spread(self.se, rows, med, self._rel)
+            return Blocks(med, None, None, pts.steps[last], pts.times[last], pts.pos[last],
+                          self._pending)
+        mad, rel = mad_rel(self.se, rows, med)
+        noise = rolling_noise(self._rel, rel)
+        h = self._rel.shape[0]
+        self._rel = (np.concatenate((self._rel, rel)) if h else rel)[-(NOISE_BLOCKS - 1):]
         return Blocks(med, mad, noise, pts.steps[last], pts.times[last], pts.pos[last])
-
-    def _rolling(self, rel: np.ndarray) -> np.ndarray:
-        """Median of each block's and the previous NOISE_BLOCKS - 1 blocks' values."""
-        w = NOISE_BLOCKS
-        hist = self._rel
-        h = len(hist)
-        m = rel.shape[0]
-        seq = np.concatenate((hist, rel)) if h else rel
-        self._rel = seq[-(w - 1):]
-        short = min(m, max(0, w - 1 - h))  # the first blocks after a reset
-        if not short:
-            rows = np.sort(windows(seq, w)[h - w + 1:], axis=1)
-            out = rows[:, (w - 1) // 2] + rows[:, w // 2]
-            out *= 0.5
-            return out
-        # (one sorted list grown a value at a time: a median per block for ~0.3 us, where a
-        # sort of each prefix cost ~1 us)
-        vals = seq[: h + short].tolist()
-        cur = sorted(vals[:h])
-        head = []
-        for x in vals[h:]:
-            insort(cur, x)
-            c = len(cur)
-            head.append((cur[(c - 1) // 2] + cur[c // 2]) * 0.5)
-        if short == m:
-            return np.array(head)
-        rows = np.sort(windows(seq, w)[h + short - w + 1:], axis=1)
-        rest = rows[:, (w - 1) // 2] + rows[:, w // 2]
-        rest *= 0.5
-        return np.concatenate((head, rest))
 
 
 _MAX_BACKOFF = 64
@@ -183,18 +256,19 @@ def drive(n: int, ready: Callable[[], bool], fast: Callable[[int, int], int],
 
 
 def shared_blocks(ctx: Context, frame: Frame, role: str, k: int, *,
-                  noise: bool = True) -> Blocks:
+                  noise: bool = True, lazy: bool = False) -> Blocks:
     """The blocks of ``role`` completed in this frame, computed once for every rule that asks
     (the stream's state lives in the context and restarts with it at a rewind). With
     ``noise=False`` the blocks carry no MAD or noise level (cheaper, for rules that read only the
-    medians)."""
-    key = (role, k, noise)
+    medians); with ``lazy=True`` they are computed at their first read (see
+    :class:`BlockStream`)."""
+    key = (role, k, noise, lazy)
     cached = ctx.shared.get(("frame", key))
     if cached is not None and cached[0] is frame:
         return cached[1]
     stream = ctx.shared.get(key)
     if stream is None:
-        stream = ctx.shared[key] = BlockStream(k, noise=noise)
+        stream = ctx.shared[key] = BlockStream(k, noise=noise, lazy=lazy)
     pts = frame.role(role)
     b = stream.push(pts.finite()) if pts is not None and len(pts) else _EMPTY
     ctx.shared[("frame", key)] = (frame, b)
@@ -221,6 +295,9 @@ class LossBlockRule(Rule):
     """Take runs of quiet blocks in one vectorised step (tests turn it off to compare)."""
     min_fast = MIN_FAST
     """Fewest blocks the vectorised step is tried on (and must take to be tried again soon)."""
+    lazy_spread = False
+    """The blocks' MAD and noise level computed at their first read (see :class:`BlockStream`):
+    for a rule whose vectorised step reads them only at a few candidate blocks."""
 
     def _rewind_blocks(self) -> None:
         self.nblk = 0
@@ -230,7 +307,7 @@ class LossBlockRule(Rule):
         self.best_step = 0
 
     def update(self, frame: Frame) -> list[Hit]:
-        b = shared_blocks(self.ctx, frame, "loss", self.cfg.window)
+        b = shared_blocks(self.ctx, frame, "loss", self.cfg.window, lazy=self.lazy_spread)
         if not len(b):
             return []
         self._start_frame(b)
@@ -242,14 +319,26 @@ class LossBlockRule(Rule):
 
     def _drive(self, frame: Frame, b: Blocks) -> list[Hit]:
         hits: list[Hit] = []
-        meds, noises, steps = b.med.tolist(), b.noise.tolist(), b.step.tolist()
+        n = len(b)
+        if n < self.min_fast:  # (drive takes them all one by one: without its per-block calls)
+            block = self._block
+            for i, (med, noise, step) in enumerate(zip(b.med.tolist(), b.noise.tolist(),
+                                                       b.step.tolist())):
+                hit = block(frame, b, i, med, noise, step)
+                if hit is not None:
+                    hits.append(hit)
+            return hits
+        cols: list[list] = []  # (as Python numbers, made at the first block taken one by one)
 
         def slow(i: int) -> None:
+            if not cols:
+                cols.extend((b.med.tolist(), b.noise.tolist(), b.step.tolist()))
+            meds, noises, steps = cols
             hit = self._block(frame, b, i, meds[i], noises[i], steps[i])
             if hit is not None:
                 hits.append(hit)
 
-        drive(len(meds), self._ready, lambda i, j: self._quiet_prefix(b, i, j), slow,
+        drive(n, self._ready, lambda i, j: self._quiet_prefix(b, i, j), slow,
               self.min_fast)
         return hits
 

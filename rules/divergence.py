@@ -19,6 +19,8 @@ blocks.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from trainwatch.rules.base import Context, Frame, Hit, fmt, pct, r6
@@ -32,6 +34,26 @@ _MIN_JUMPS = 4
 """Fewer jumps than this: no scatter estimate yet (0)."""
 _JUMP_TO_SIGMA = 1.0484
 """median |x - y| of two independent normal values is 0.6745 sqrt(2) sigma."""
+
+
+def block_jumps(prev: float | None, med: np.ndarray) -> np.ndarray:
+    """The jumps ``|m - m_prev| / |m_prev|`` of the block medians ``med`` (``prev``: the block
+    before them, None at a segment's start; a jump from 0 is taken as absolute)."""
+    seq = med if prev is None else np.concatenate(([prev], med))
+    base = np.abs(seq[:-1])
+    out = seq[1:] - seq[:-1]  # (= np.diff, without its ~3 us of Python)
+    np.abs(out, out=out)
+    out /= np.where(base > 0, base, 1.0)
+    return out
+
+
+def scatter_at(jumps: np.ndarray, end: int) -> float:
+    """The between-block noise of the block whose own jump is ``jumps[end - 1]`` (the jumps
+    before ``end``, the last ``SCATTER_BLOCKS`` of them, at least ``_MIN_JUMPS``; else 0): one
+    value of :func:`block_scatter`, for a rule that needs it at a few blocks only."""
+    if end < _MIN_JUMPS:
+        return 0.0
+    return small_median(jumps[max(0, end - SCATTER_BLOCKS):end].tolist()) * _JUMP_TO_SIGMA
 
 
 def block_scatter(prev: float | None, jumps: np.ndarray, med: np.ndarray
@@ -49,23 +71,25 @@ def block_scatter(prev: float | None, jumps: np.ndarray, med: np.ndarray
     rise of 5 % a block); centred, their median over 16 jumps reads low on a flat loss with
     correlated noise and let 4 of 12 such runs "diverge" instead of 1.
     """
-    seq = med if prev is None else np.concatenate(([prev], med))
-    base = np.abs(seq[:-1])
-    new = np.abs(np.diff(seq)) / np.where(base > 0, base, 1.0)
+    new = block_jumps(prev, med)
     allj = np.concatenate((jumps, new)) if jumps.shape[0] else new
-    h = jumps.shape[0]
     # jumps up to and including block k's own: h + k + 1 (h + k when the segment starts here)
-    ends = np.arange(med.shape[0]) + h + (0 if prev is None else 1)
-    out = np.zeros(med.shape[0])
+    ends = np.arange(med.shape[0]) + jumps.shape[0] + (0 if prev is None else 1)
+    return scatter_of(allj, ends), allj[-(SCATTER_BLOCKS - 1):]
+
+
+def scatter_of(jumps: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """:func:`scatter_at` at each of ``ends``, vectorised."""
+    out = np.zeros(ends.shape[0])
     full = ends >= SCATTER_BLOCKS
     if full.any():
-        rows = np.sort(windows(allj, SCATTER_BLOCKS)[ends[full] - SCATTER_BLOCKS], axis=1)
+        rows = np.sort(windows(jumps, SCATTER_BLOCKS)[ends[full] - SCATTER_BLOCKS], axis=1)
         out[full] = median_sorted(rows)
-    vals = allj.tolist()
+    vals = jumps.tolist()
     for k in np.flatnonzero(~full & (ends >= _MIN_JUMPS)).tolist():
         out[k] = small_median(vals[:ends[k]])
     out *= _JUMP_TO_SIGMA
-    return out, allj[-(SCATTER_BLOCKS - 1):]
+    return out
 
 
 _MAD_SCALE = 1.4826
@@ -78,6 +102,10 @@ def _scale(best: float, mad: float) -> float:
     return max(abs(best), _MAD_SCALE * mad)
 
 
+_FEW = 8
+"""More candidate blocks than this in a vectorised step: their exact bars are computed in one go
+(a few are cheaper one by one)."""
+
 LEVEL_BLOCKS = 3
 """Consecutive block medians whose median is a level the best is taken from."""
 
@@ -86,21 +114,31 @@ def block_levels(prev: list[float], med: np.ndarray) -> np.ndarray:
     """The level at each block of ``med``: the median of it and the ``LEVEL_BLOCKS - 1`` blocks
     before it (fewer at a segment's start); ``prev`` holds the blocks before ``med``."""
     p = len(prev)
+    n = med.shape[0]
     seq = np.concatenate((prev, med)) if p else med
-    out = np.empty(med.shape[0])
-    w = LEVEL_BLOCKS
-    # the blocks with w values up to them: the last `full` ones
-    full = max(0, min(med.shape[0], med.shape[0] + p - (w - 1)))
+    out = np.empty(n)
+    # the blocks with 3 values up to them: the last `full` ones, their median of three as
+    # max(min(a, c), min(max(a, c), x)), one of the three values as a sort picks it, in 4 numpy
+    # calls (a sort of the windows cost 3x that)
+    full = max(0, min(n, n + p - (LEVEL_BLOCKS - 1)))
     if full:
-        out[med.shape[0] - full:] = median_sorted(np.sort(windows(seq, w)[-full:], axis=1))
-    vals = seq.tolist()
-    for k in range(med.shape[0] - full):
-        out[k] = small_median(vals[:p + k + 1])
+        s = n - full  # (the first block with two before it)
+        a, c, x = seq[p + s - 2:p + n - 2], seq[p + s - 1:p + n - 1], med[s:]
+        hi = np.maximum(a, c)
+        np.minimum(hi, x, out=hi)
+        np.maximum(np.minimum(a, c), hi, out=out[s:])
+    if full < n:
+        vals = seq[:p + n - full].tolist()
+        for k in range(n - full):
+            out[k] = small_median(vals[:p + k + 1])
     return out
 
 
 class DivergenceRule(LossBlockRule):
     id = "divergence"
+    lazy_spread = True
+    """(The vectorised step reads the blocks' MAD and noise only at candidates: on most frames
+    at none, and their sort and rolling median are not done.)"""
 
     def __init__(self, cfg: DivergenceConfig, ctx: Context) -> None:
         super().__init__(cfg, ctx)
@@ -109,8 +147,10 @@ class DivergenceRule(LossBlockRule):
     def rewind(self) -> None:
         self._rewind_blocks()
         self._jumps = np.empty(0)
-        self._scatter = np.empty(0)
-        """Between-block noise of each block of the frame being driven (see block_scatter)."""
+        """The jumps between block medians (see block_jumps): the segment's last
+        ``SCATTER_BLOCKS - 1`` before the frame being driven, then the frame's own."""
+        self._jump0 = 0
+        """Where in ``_jumps`` the jumps of the frame's first block end (see scatter_at)."""
         self._last: list[float] = []
         """The last LEVEL_BLOCKS - 1 block medians of the segment (the last one is the block
         before the next frame's first, for block_scatter too)."""
@@ -130,7 +170,12 @@ class DivergenceRule(LossBlockRule):
         # pure functions of the block medians: computed once for the frame, read alike by the
         # per-block reference and the vectorised step
         prev = self._last[-1] if self._last else None
-        self._scatter, self._jumps = block_scatter(prev, self._jumps, b.med)
+        # (the between-block scatter is needed only at blocks that may rise above the best: it
+        # is computed there, from the jumps, not at every block as block_scatter does)
+        carried = self._jumps[-(SCATTER_BLOCKS - 1):]
+        new = block_jumps(prev, b.med)
+        self._jumps = np.concatenate((carried, new)) if carried.shape[0] else new
+        self._jump0 = carried.shape[0] + (0 if prev is None else 1)
         self._level = block_levels(self._last, b.med)
         self._last = (self._last + b.med[-(LEVEL_BLOCKS - 1):].tolist())[-(LEVEL_BLOCKS - 1):]
 
@@ -155,7 +200,8 @@ class DivergenceRule(LossBlockRule):
                 self.active = False
             self._note_best(level, step)
             return None
-        rise = max(cfg.rise, cfg.noise_factor * max(noise, float(self._scatter[i])))
+        rise = max(cfg.rise, cfg.noise_factor * max(noise, scatter_at(self._jumps,
+                                                                    self._jump0 + i)))
         scale = _scale(best, float(b.mad[i]))
         up = med > best and med >= best + rise * scale
         capped = cfg.cap is not None and med > cfg.cap
@@ -192,32 +238,68 @@ class DivergenceRule(LossBlockRule):
         """Take in one step the blocks from ``i`` on (before ``j``) with no rise (the common
         case), the warm-up's first, as :meth:`_block` would. Returns how many were taken."""
         cfg: DivergenceConfig = self.cfg
+        # the warm-up's blocks (a segment's first) only lower the best: taken along, in the same
+        # step (the first frame of every run has them)
         w = min(j - i, max(cfg.warmup_windows - self.nblk, 1 if self.best is None else 0))
-        if w:  # warm-up: each block only lowers the best
-            self.nblk += w
-            self._note_best_of(b, i, self._level[i:i + w])
-            return w + self._quiet_prefix(b, i + w, j) if i + w < j else w
-        med = b.med[i:j]
         level = self._level[i:j]
-        n = med.shape[0]
-        best = np.minimum.accumulate(np.concatenate(([self.best], level)))[:-1]
-        rise = np.maximum(cfg.rise, cfg.noise_factor * np.maximum(b.noise[i:j],
-                                                                   self._scatter[i:j]))
-        scale = np.maximum(np.abs(best), _MAD_SCALE * b.mad[i:j])
-        bad = (med > best) & ((med >= best + rise * scale)
-                              | (med >= best + cfg.error_rise * scale))
-        if cfg.cap is not None:
-            bad |= med > cfg.cap
-        hit = np.flatnonzero(bad)
-        k = int(hit[0]) if hit.shape[0] else n
-        if k:
-            self.nblk += k
+        k = n = j - i
+        if w < n:
+            med = b.med[i + w:j]
+            # the best before each block after the warm-up (the warm-up's levels included)
+            init = math.inf if self.best is None else self.best
+            best = np.minimum.accumulate(np.concatenate(((init,), level)))[w:-1]
+            # a block is bad at ``rise`` (at least cfg.rise: noise or scatter only raise it) or
+            # at ``error_rise`` above the best, times the scale (at least |best|: the MAD only
+            # raises it): the lower bar times |best| picks the candidates, and the exact bars
+            # (the MAD, noise and scatter read only here) are checked for them alone
+            lo = min(cfg.rise, cfg.error_rise)
+            cand = med >= best + lo * np.abs(best)
+            cand &= med > best
+            if cfg.cap is not None:
+                cand |= med > cfg.cap
+            if cand.any():
+                scale = np.maximum(np.abs(best), _MAD_SCALE * b.mad[i + w:j])
+                cand &= med >= best + lo * scale
+                if cfg.cap is not None:
+                    cand |= med > cfg.cap
+                if cand.any():
+                    k = w + self._first_bad(b, i + w, med, best, scale, np.flatnonzero(cand))
+        self.nblk += k
+        if k > w:
             self.up = 0
-            self.quiet += k
+            self.quiet += k - w
             if self.active and self.quiet >= 2:
                 self.active = False
+        if k:
             self._note_best_of(b, i, level[:k])
         return k
+
+    def _first_bad(self, b: Blocks, i: int, med: np.ndarray, best: np.ndarray,
+                   scale: np.ndarray, cands: np.ndarray) -> int:
+        """The first of the candidate blocks ``cands`` (of blocks ``i, i + 1, ...`` of ``b``,
+        whose medians, bests before them and scales are given) that rises above the best by
+        :meth:`_block`'s bars; ``med``'s length if none does."""
+        cfg: DivergenceConfig = self.cfg
+        if cands.shape[0] > _FEW:  # (many: vectorised)
+            g = cands + i
+            sc = scatter_of(self._jumps, g + self._jump0)
+            rise = np.maximum(cfg.rise, cfg.noise_factor * np.maximum(b.noise[g], sc))
+            m, bs, sl = med[cands], best[cands], scale[cands]
+            bad = (m > bs) & ((m >= bs + rise * sl) | (m >= bs + cfg.error_rise * sl))
+            if cfg.cap is not None:
+                bad |= m > cfg.cap
+            hit = np.flatnonzero(bad)
+            return int(cands[hit[0]]) if hit.shape[0] else med.shape[0]
+        medl, bestl, scalel = med.tolist(), best.tolist(), scale.tolist()
+        for t in cands.tolist():
+            x, bs, sl = medl[t], bestl[t], scalel[t]
+            if cfg.cap is not None and x > cfg.cap:
+                return t
+            rise = max(cfg.rise, cfg.noise_factor * max(
+                float(b.noise[i + t]), scatter_at(self._jumps, self._jump0 + i + t)))
+            if x > bs and (x >= bs + rise * sl or x >= bs + cfg.error_rise * sl):
+                return t
+        return med.shape[0]
 
     def _fire(self, frame: Frame, b: Blocks, i: int, med: float, best: float, severity: str,
               capped: bool) -> Hit:

@@ -98,15 +98,21 @@ class OverfitRule(Rule):
         # the latest train block completed at or before each evaluation's record
         ks = np.searchsorted(b.pos, val.pos, side="right").tolist() if len(b) else None
         meds = b.med.tolist()
+        pool = self.pool
+        sparse = pool.dense is False  # (then the pool passes each evaluation through)
         for i, (v, pos, step) in enumerate(zip(val.values.tolist(), val.pos.tolist(),
                                                val.steps.tolist())):
             k = ks[i] if ks is not None else 0
             if k:
                 self.train_now = meds[k - 1]
-            judged = self.pool.push(v, step)
-            if judged is None:
-                continue
-            hit = self._eval(frame, val, i, judged[0], pos, judged[1])
+            if sparse:
+                hit = self._eval(frame, val, i, v, pos, step)
+            else:
+                judged = pool.push(v, step)
+                sparse = pool.dense is False
+                if judged is None:
+                    continue
+                hit = self._eval(frame, val, i, judged[0], pos, judged[1])
             if hit is not None:
                 hits.append(hit)
         if len(b):
@@ -116,10 +122,16 @@ class OverfitRule(Rule):
     def _eval(self, frame: Frame, val: Points, i: int, v: float, pos: int, step: int) -> Hit | None:
         cfg: OverfitConfig = self.cfg
         self.n += 1
-        self.vals.append(v)
-        self.steps.append(step)
         vals = self.vals
-        m = small_median((vals[-1], vals[-2], vals[-3]) if len(vals) >= 3 else vals)
+        vals.append(v)
+        self.steps.append(step)
+        if len(vals) >= 3:  # (the median of three by comparisons: this runs at every evaluation)
+            lo, hi = vals[-3], vals[-2]
+            if lo > hi:
+                lo, hi = hi, lo
+            m = lo if v < lo else min(v, hi)
+        else:
+            m = small_median(vals)
         if self.best_m is None or m < self.best_m:
             self.best_m = m
         if self.best is None or v < self.best:

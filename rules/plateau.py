@@ -9,7 +9,8 @@ floor: the schedule is over, a note) and the grad norm (healthy: LR too low; tin
 Evaluations get the same treatment with ``val_patience``. Once fired, the rule re-arms only after
 the loss goes clearly below its level then (``rearm_delta``, or the alert's noise margin if more):
 one plateau, one alert. Runs of quiet blocks are taken in one vectorised step; the per-block loop
-is the reference.
+is the reference. A frame too short for the patience to run out in it has its blocks taken at the
+next frame (a short file checked whole is one frame: never).
 """
 
 from __future__ import annotations
@@ -20,19 +21,33 @@ from collections import deque
 import numpy as np
 
 from trainwatch.rules.base import Context, Frame, Hit, Points, fmt, fmt3, pct, r6
-from trainwatch.rules.blocks import Blocks, LossBlockRule
+from trainwatch.rules.blocks import Blocks, LossBlockRule, shared_blocks
 from trainwatch.rules.evals import EvalPool
 from trainwatch.rules.models import PlateauConfig
 from trainwatch.rules.stats import improving, median, noise_sd, small_median
 
 
 class LrPeak:
-    """The highest LR seen so far (at or before a record)."""
+    """The highest LR seen so far (at or before a record). The frames' highest are taken when an
+    alert asks (most frames never do), from the LR points kept until then."""
+
+    _KEEP = 64
+    """Frames whose LR points are kept at most (then their highest is taken)."""
 
     def __init__(self) -> None:
         self.peak = 0.0
+        self._pending: list[Points] = []
+        """The LR points of the frames since the peak was last brought up to date."""
+
+    def _settle(self) -> None:
+        for pts in self._pending:
+            v = pts.finite().values
+            if v.shape[0]:
+                self.peak = max(self.peak, float(v.max()))
+        self._pending.clear()
 
     def at(self, frame: Frame, pos: int) -> float:
+        self._settle()
         pts = frame.role("lr")
         if pts is None or not len(pts):
             return self.peak
@@ -44,9 +59,9 @@ class LrPeak:
     def end_frame(self, frame: Frame) -> None:
         pts = frame.role("lr")
         if pts is not None and len(pts):
-            v = pts.finite().values
-            if v.shape[0]:
-                self.peak = max(self.peak, float(v.max()))
+            self._pending.append(pts)
+            if len(self._pending) >= self._KEEP:
+                self._settle()
 
 
 _LEVEL_DIFF = math.sqrt(1.0 + 0.449)
@@ -76,6 +91,8 @@ class PlateauRule(LossBlockRule):
     def rewind(self) -> None:
         cfg: PlateauConfig = self.cfg
         self._rewind_blocks()
+        self._deferred: tuple[Frame, Blocks] | None = None
+        """A frame whose train blocks cannot fire, taken at the next frame (see update)."""
         self.recent: deque[float] = deque(maxlen=_TREND_WINDOWS)
         """The last window medians (for the trend test over twice the patience)."""
         self.fired = 0
@@ -108,12 +125,32 @@ class PlateauRule(LossBlockRule):
         self.v_rearm_below: float | None = None
 
     def update(self, frame: Frame) -> list[Hit]:
-        hits = super().update(frame)
+        hits = self._settle_train()
+        b = shared_blocks(self.ctx, frame, "loss", self.cfg.window)
+        if len(b):
+            if self.fast and self.rearm_below is None and self.wait + len(b) < self.cfg.patience:
+                # no block of this frame can fire (each adds at most 1 to the wait, and the
+                # patience is at least cfg.patience) or re-arm (none is armed): its blocks only
+                # move the state, which nothing reads before the next frame's blocks. They are
+                # taken then, and never on a short file checked whole (one frame).
+                self._deferred = (frame, b)
+            else:
+                self._start_frame(b)
+                hits += self._drive(frame, b)
         val = frame.role("val_loss")
         if val is not None and len(val):
             hits.extend(self._val(frame, val.finite()))
         self.lr.end_frame(frame)
         return hits
+
+    def _settle_train(self) -> list[Hit]:
+        """Take the deferred frame's blocks (none of them fires: the list is empty)."""
+        if self._deferred is None:
+            return []
+        frame, b = self._deferred
+        self._deferred = None
+        self._start_frame(b)
+        return self._drive(frame, b)
 
     def _rearm_level(self, best: float, delta: float) -> float:
         return best - max(self.cfg.rearm_delta, delta) * abs(best)
@@ -214,13 +251,13 @@ class PlateauRule(LossBlockRule):
         best = self.best
         # a clear improvement on the best so far restarts the patience
         if best is None or med < best - delta * abs(best):
-            self._note_best(med, step)
+            self.best, self.best_step = med, step  # (= _note_best: this rule has no _new_best)
             self.wait = self.since_best = 0
             self.ref, self.ref_step = med, step
             return None
         self.since_best += 1
         if med < best:
-            self._note_best(med, step)
+            self.best, self.best_step = med, step
         # so does a slow one that adds up: the level (the median of this block and the two
         # before, so one lucky block does not count) clearly below the reference, the loss at
         # the last restart (as ReduceLROnPlateau's ``best``). The lowest block alone moves down
@@ -269,12 +306,17 @@ class PlateauRule(LossBlockRule):
         count, best, best_step = self.v_count, self.v_best, self.v_best_step
         wait, rearm = self.v_wait, self.v_rearm_below
         pool = self.v_pool
+        sparse = pool.dense is False  # (then the pool passes each evaluation through)
         for i, (x0, step0, pos) in enumerate(zip(pts.values.tolist(), pts.steps.tolist(),
                                                  pts.pos.tolist())):
-            judged = pool.push(x0, step0)  # dense evaluations are judged pooled
-            if judged is None:
-                continue
-            x, step = judged
+            if sparse:
+                x, step = x0, step0
+            else:
+                judged = pool.push(x0, step0)  # dense evaluations are judged pooled
+                sparse = pool.dense is False
+                if judged is None:
+                    continue
+                x, step = judged
             recent.append(x)
             count += 1
             if count % 4 == 1:  # the noise estimate is refreshed every 4 evaluations

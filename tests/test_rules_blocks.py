@@ -76,7 +76,10 @@ def test_vectorised_runs_match_the_per_block_reference(monkeypatch: pytest.Monke
 
 
 def _state(rule: object) -> str:
-    """Everything a rule carries from one frame to the next (its config and context aside)."""
+    """Everything a rule carries from one frame to the next (its config and context aside; a
+    frame whose blocks plateau deferred taken first)."""
+    if isinstance(rule, PlateauRule):
+        rule._settle_train()
     return repr({k: list(v) if isinstance(v, deque) else v for k, v in vars(rule).items()
                  if k not in ("cfg", "ctx", "lr", "blocks", "fast")})
 
