@@ -8,13 +8,14 @@ sizeable part of the run while the loss still improves (a longer schedule would 
 from __future__ import annotations
 
 from collections import deque
+from typing import Any
 
 import numpy as np
 
 from trainwatch.rules.base import Context, Frame, Hit, Points, Rule, fmt, pct, r6
 from trainwatch.rules.blocks import Blocks, shared_blocks
 from trainwatch.rules.models import LrConfig
-from trainwatch.rules.stats import true_runs
+from trainwatch.rules.stats import min_max, true_runs
 
 
 class LrExhaustedRule(Rule):
@@ -37,9 +38,15 @@ class LrExhaustedRule(Rule):
         self.ffired = False
         self.last_lr = 0.0
         self.loss_hist: deque[tuple[float, int]] = deque(maxlen=cfg.improving_windows + 1)
+        """(median, step) of the last loss blocks (with ``_new_loss`` after them)."""
+        self._new_loss: list[tuple[Blocks, int]] = []
+        """Loss blocks (a frame's, from an index on) not yet added to ``loss_hist``: only a
+        frame where the LR sits at its floor reads the history, so quiet frames only note
+        theirs (see :meth:`_fold_loss`)."""
 
     def rewind(self) -> None:
         self.loss_hist.clear()
+        self._new_loss.clear()
 
     def update(self, frame: Frame) -> list[Hit]:
         cfg: LrConfig = self.cfg
@@ -50,24 +57,29 @@ class LrExhaustedRule(Rule):
         if f is not None and len(f):
             v = f.values
             m = v.shape[0]
-            peak_i: np.ndarray | None = None  # the running peak, unless _clear tells at once
-            if not (self.fast and self.frun == 0 and self._clear(v)):
-                peak_i = np.maximum.accumulate(v)
-                np.maximum(peak_i, self.peak, out=peak_i)
-            if peak_i is None or (self.fast and self.frun == 0 and self._quiet(v, peak_i)):
+            vmin, vmax = min_max(v, _FEW)
+            seen: list[Any] = []
+            if self.fast and self.frun == 0 and self._clear(v, vmin, vmax, seen):
                 # above the floor and above ~0 throughout, no run carried in: nothing can fire,
                 # and the runs and their flags are all off at the end
+                self.zrun, self.zfired, self.frun, self.ffired = 0, False, 0, False
+                calm = True
+            else:
+                # no run long enough to fire (the runs at the end taken from the last points)
+                calm = self.fast and self._calm(f, vmin, vmax, seen)
+            if calm:
                 if not self.start_fired and self.n < cfg.start_points:
-                    hits.extend(self._start_check(f))
+                    hits.extend(self._start_check(f, vmin))
                 if len(lb):
                     self._keep_loss(lb)
-                self.zrun, self.zfired, self.frun, self.ffired = 0, False, 0, False
                 self.n += m
-                self.peak = max(self.peak, float(v.max()))
+                self.peak = max(self.peak, vmax)
                 self.last_lr = float(v[-1])
                 return hits
+            peak_i = np.maximum.accumulate(v)
+            np.maximum(peak_i, self.peak, out=peak_i)
             n_i = self.n + np.arange(1, m + 1)
-            hits.extend(self._start_and_zero(f, n_i, peak_i))
+            hits.extend(self._start_and_zero(f, n_i, peak_i, vmin))
             fl = (v <= cfg.floor_ratio * peak_i) & (v > np.maximum(cfg.zero, cfg.zero_ratio * peak_i))
             F, fid, starts = self._runs(fl, self.frun)
         else:
@@ -80,6 +92,7 @@ class LrExhaustedRule(Rule):
         if len(lb) and not floor_now:  # the LR was never at its floor here: keep the history
             self._keep_loss(lb)
         elif len(lb):
+            self._fold_loss()
             ks = (np.searchsorted(f.pos, lb.pos, side="right") - 1 if f is not None
                   else np.full(len(lb), -1))
             # only a block where the floor run is long enough can fire: the others only extend
@@ -127,18 +140,23 @@ class LrExhaustedRule(Rule):
             self.ffired = bool(self.frun > 0 and 0 in fired_f)
         return sorted(hits, key=lambda h: h.pos)
 
-    def _start_and_zero(self, f: Points, n_i: np.ndarray, peak_i: np.ndarray) -> list[Hit]:
+    def _start_and_zero(self, f: Points, n_i: np.ndarray, peak_i: np.ndarray,
+                        vmin: float) -> list[Hit]:
         cfg: LrConfig = self.cfg
         v = f.values
         hits: list[Hit] = []
         if not self.start_fired and self.n < cfg.start_points:
-            hits.extend(self._start_check(f))
+            hits.extend(self._start_check(f, vmin))
         # ~0 for a sizeable part of the run: once per run of ~0 points
         z = v <= np.maximum(cfg.zero, cfg.zero_ratio * peak_i)
         if self.fast and not z.any():  # no point ~0 (the usual case): no run goes on or fires
             self.zfired = False
             self.zrun = 0
             return hits
+        if self.fast:
+            got = self._zero_by_runs(f, peak_i, z)
+            if got is not None:
+                return hits + got
         Z, zid, zstarts = self._runs(z, self.zrun)
         cond = z & (Z >= np.maximum(cfg.min_points, cfg.zero_fraction * n_i)) & (peak_i > 0)
         fired_z = {0} if self.zfired else set()
@@ -159,6 +177,50 @@ class LrExhaustedRule(Rule):
         self.zrun = int(Z[-1])
         return hits
 
+    def _zero_by_runs(self, f: Points, peak_i: np.ndarray, z: np.ndarray) -> list[Hit] | None:
+        """The runs at ~0 (``z``) of :meth:`_start_and_zero`, from where ``z`` changes rather
+        than a run length per point: each run's first point that fires found by bisection (its
+        test can only turn true along a run: the run grows by 1 a point, the bar by
+        ``zero_fraction <= 0.5``, and the running peak only rises). None (take the arrays)
+        when ``z`` changes often or the fraction is higher."""
+        cfg: LrConfig = self.cfg
+        m = z.shape[0]
+        cuts = np.flatnonzero(z[1:] != z[:-1])
+        if cuts.shape[0] > _FEW or not cfg.zero_fraction <= 0.5:
+            return None
+        bounds = [0, *(cuts + 1).tolist(), m]
+        n0, mp, frac = self.n, cfg.min_points, cfg.zero_fraction
+        hits: list[Hit] = []
+        # the runs are every other segment, from the first if it is ~0
+        for k in range(0 if z[0] else 1, len(bounds) - 1, 2):
+            s, e = bounds[k], bounds[k + 1]
+            carry = self.zrun if s == 0 else 0  # (the carried run goes on)
+
+            def fires(i: int, s: int = s, carry: int = carry) -> bool:
+                return (carry + i - s + 1 >= max(mp, frac * (n0 + i + 1))
+                        and float(peak_i[i]) > 0)
+
+            fired = carry > 0 and self.zfired
+            if not fired and fires(e - 1):
+                lo, hi = s, e - 1
+                while lo < hi:
+                    mid = (lo + hi) // 2
+                    if fires(mid):
+                        hi = mid
+                    else:
+                        lo = mid + 1
+                since = self.zrun_start if carry else int(f.steps[s])
+                hits.append(self._zero(f, lo, carry + lo - s + 1, float(peak_i[lo]), n0 + lo + 1,
+                                       since))
+                fired = True
+            if e == m:  # the run at the end
+                self.zrun, self.zfired = carry + e - s, fired
+                if not carry:
+                    self.zrun_start = int(f.steps[s])
+        if not z[-1]:
+            self.zrun, self.zfired = 0, False
+        return hits
+
     def _runs(self, cond: np.ndarray, carried: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """:func:`~trainwatch.rules.stats.true_runs` of ``cond``, and the index of each run
         started in it (not the carried one)."""
@@ -168,30 +230,168 @@ class LrExhaustedRule(Rule):
         return length, rid, np.flatnonzero(cond & ~np.concatenate(([carried > 0], cond[:-1])))
 
     def _keep_loss(self, lb: Blocks, lo: int = 0) -> None:
-        """Add the loss blocks from ``lo`` on to the history (only the last ``maxlen`` can stay
-        in it)."""
-        lo = max(lo, len(lb) - (self.loss_hist.maxlen or 0))
-        self.loss_hist.extend(zip(lb.med[lo:].tolist(), lb.step[lo:].tolist()))
+        """Add the loss blocks from ``lo`` on to the history, when it is next read."""
+        if len(lb) - lo >= (self.loss_hist.maxlen or 0):  # they alone fill the history
+            self._new_loss.clear()
+        self._new_loss.append((lb, lo))
+        if not self.fast:  # (the reference adds them at once)
+            self._fold_loss()
 
-    def _clear(self, v: np.ndarray) -> bool:
-        """:meth:`_quiet` from two reductions, when it holds by a margin: the lowest point is
-        above the bars of the highest peak of the frame (no running peak is higher)."""
+    def _fold_loss(self) -> None:
+        """Add the noted loss blocks to the history (only the last ``maxlen`` can stay in it)."""
+        keep = self.loss_hist.maxlen or 0
+        for lb, lo in self._new_loss:
+            lo = max(lo, len(lb) - keep)
+            self.loss_hist.extend(zip(lb.med[lo:].tolist(), lb.step[lo:].tolist()))
+        self._new_loss.clear()
+
+    def _clear(self, v: np.ndarray, vmin: float, vmax: float,
+               seen: list[Any] | None = None) -> bool:
+        """:meth:`_quiet` without the running peak of every point (``vmin``, ``vmax``: the
+        frame's lowest and highest point).
+
+        A point can only be under its bars if it is under the bars of the highest peak of the
+        frame (no running peak is higher): the lowest point clears most frames, and otherwise
+        only those candidates are held to their running peak, computed up to the last of them
+        (an LR warming up from ~0: a few first points, in Python floats). ``seen`` gets the bar,
+        the candidates and :meth:`_top` for :meth:`_calm`."""
         cfg: LrConfig = self.cfg
-        peak = max(self.peak, float(v.max()))
-        return float(v.min()) > max(cfg.zero, max(cfg.floor_ratio, cfg.zero_ratio) * peak)
+        c = max(cfg.floor_ratio, cfg.zero_ratio)
+        bar = max(cfg.zero, c * max(self.peak, vmax))
+        if vmin > bar:
+            return True
+        cand = np.flatnonzero(v <= bar)
+        top = self._top(v, vmax)
+        if seen is not None:
+            seen[:] = [bar, cand, top]
+        if top < 0 or int(cand[-1]) > top:
+            return False  # (a candidate where the running peak is the highest: under its bar)
+        hi = int(cand[-1]) + 1
+        if hi > _FEW:
+            peak_c = np.maximum.accumulate(v[:hi])[cand]
+            np.maximum(peak_c, self.peak, out=peak_c)
+            return self._quiet(v[cand], peak_c)
+        # (a point that is no candidate is above the bars of any running peak: checking it too
+        # changes nothing)
+        peak, zero = self.peak, cfg.zero
+        for x in v[:hi].tolist():
+            peak = max(peak, x)
+            if x <= max(peak * c, zero):
+                return False
+        return True
+
+    def _top(self, v: np.ndarray, vmax: float) -> int:
+        """Where the running peak reaches the frame's highest point (its first index), or -1
+        when a peak from before is as high: from there on every running peak is the highest."""
+        return int(v.argmax()) if vmax > self.peak else -1
+
+    def _calm(self, f: Points, vmin: float, vmax: float, seen: list[Any] | None = None) -> bool:
+        """Whether no point of the frame can fire (a run at the floor or ~0 too short for it),
+        told from how many points are under the floor bar of the frame's highest peak; if so,
+        the runs' state at the end is set from the last points, as the full pass would.
+
+        (The LR decaying to its floor at the end of a run: the full pass takes some 50 array
+        operations, this one a handful.)"""
+        cfg: LrConfig = self.cfg
+        v = f.values
+        m, n0 = v.shape[0], self.n
+        peak = max(self.peak, vmax)
+        fbar, zbar = cfg.floor_ratio * peak, max(cfg.zero, cfg.zero_ratio * peak)
+        if not (peak > 0 and cfg.floor_ratio < 1 and zbar < fbar):
+            return False  # (a bar at or above the peak: the highest point could be under it)
+        if self.frun and self.frun >= max(cfg.min_points, cfg.floor_fraction * n0):
+            return False  # a block before the first LR point may fire on the carried run
+        # every point at the floor or ~0 is under the bar of the highest peak (no running peak
+        # is higher): the candidates
+        if seen and seen[0] == fbar:  # (:meth:`_clear` took them: its bar is the floor's)
+            cand, top = seen[1], [seen[2]]
+        else:
+            cand, top = np.flatnonzero(v <= fbar), []  # (:meth:`_top`, once asked)
+        cnt = cand.shape[0]
+        if not self._short_runs(cand, self.frun, cfg.floor_fraction, v, top):
+            return False
+        if not self._short_runs(cand, self.zrun, cfg.zero_fraction, v, top):
+            zc = np.flatnonzero(v <= zbar)  # (an LR at its floor for long, ~0 only at the end)
+            if not self._short_runs(zc, self.zrun, cfg.zero_fraction, v, top):
+                return False
+        # the runs at the end: the last candidates in a row. The highest point, where the
+        # running peak reaches ``peak``, is no candidate (``peak`` is above its bars), so they
+        # all come after it: their bars are ``peak``'s.
+        t = 0
+        if cnt and int(cand[-1]) == m - 1:
+            lo, hi = 0, cnt - 1  # the first k from which cand[k] == m - cnt + k
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if int(cand[mid]) - mid == m - cnt:
+                    hi = mid
+                else:
+                    lo = mid + 1
+            t = cnt - lo
+        tz = tf = 0
+        if t:
+            tail = v[m - t:]
+            if float(v[-1]) <= zbar:  # ~0 at the end: the ~0 points in a row
+                other = np.flatnonzero(tail > zbar)
+                tz = t - 1 - int(other[-1]) if other.shape[0] else t
+            else:  # at the floor at the end
+                other = np.flatnonzero(tail <= zbar)
+                tf = t - 1 - int(other[-1]) if other.shape[0] else t
+        self.zrun, self.zfired, self.zrun_start = self._run_at_end(
+            f, tz, self.zrun, self.zfired, self.zrun_start)
+        self.frun, self.ffired, self.frun_start = self._run_at_end(
+            f, tf, self.frun, self.ffired, self.frun_start)
+        return True
+
+    def _short_runs(self, cand: np.ndarray, carried: int, fraction: float, v: np.ndarray,
+                    top: list[int]) -> bool:
+        """Whether no run of the points ``cand`` (indices, in order) can reach ``max(min_points,
+        fraction x the points so far)`` (see :func:`_too_short`).
+
+        The frame's highest point, above the running peak before it, is in no run: the runs on
+        either side of it are bounded apart when together they are not (a warm-up from ~0 at a
+        frame's start and a decay at its end). ``top`` keeps the highest point's index."""
+        cfg: LrConfig = self.cfg
+        m, cnt, n0 = v.shape[0], cand.shape[0], self.n
+        c0 = int(cand[0]) if cnt else m
+        carried = carried if c0 == 0 else 0
+        if _too_short(carried, cnt, n0 + c0, cfg.min_points, fraction):
+            return True
+        if not top:
+            top.append(self._top(v, float(v.max())))
+        j = int(np.searchsorted(cand, top[0]))
+        return 0 < j < cnt and (
+            _too_short(carried, j, n0 + c0, cfg.min_points, fraction)
+            and _too_short(0, cnt - j, n0 + int(cand[j]), cfg.min_points, fraction))
+
+    @staticmethod
+    def _run_at_end(f: Points, trail: int, carried: int, fired: bool,
+                    start: int) -> tuple[int, bool, int]:
+        """(length, fired, first step) of the run at the frame's end, from its last ``trail``
+        points, when none of the frame's points fired."""
+        m = len(f)
+        if trail == 0:
+            return 0, False, start
+        if trail == m and carried > 0:  # the carried run goes on
+            return carried + m, fired, start
+        return trail, False, int(f.steps[m - trail])
 
     def _quiet(self, v: np.ndarray, peak_i: np.ndarray) -> bool:
-        """Every point is above its floor and above ~0: no run of either starts here."""
+        """Every point is above its floor and above ~0 (``peak_i``: the running peak at each
+        point): no run of either starts here."""
         cfg: LrConfig = self.cfg
         thr = peak_i * max(cfg.floor_ratio, cfg.zero_ratio)
         np.maximum(thr, cfg.zero, out=thr)
         return not np.count_nonzero(v <= thr)
 
-    def _start_check(self, f: Points) -> list[Hit]:
-        """Zero from the start: the first ``start_points`` points all ~0."""
+    def _start_check(self, f: Points, vmin: float) -> list[Hit]:
+        """Zero from the start: the first ``start_points`` points all ~0 (``vmin``: the lowest
+        point of the frame)."""
         cfg: LrConfig = self.cfg
         if not self.all_zero:
             return []  # a point above ~0 was seen: the LR did not start at 0
+        if self.fast and vmin > cfg.zero:  # (so is the first point)
+            self.all_zero = False
+            return []
         head = f.values[: cfg.start_points - self.n]
         if head.shape[0] and float(head.max()) > cfg.zero:
             self.all_zero = False
@@ -257,6 +457,20 @@ class LrExhaustedRule(Rule):
         )
 
 
+def _too_short(carried: int, cnt: int, before: int, min_points: int, fraction: float) -> bool:
+    """Whether no run made of at most ``cnt`` of a frame's points (plus ``carried`` points from
+    before the frame), none of them before the LR's point number ``before + 1``, can reach
+    ``max(min_points, fraction x the LR points so far)`` at any of its points.
+
+    A run's slack (its length less the bar) grows along it when ``fraction <= 1``, so the
+    longest run that ends last bounds them all; the margin of 1 covers the rounding of
+    ``fraction x points``."""
+    longest = carried + cnt
+    return longest < min_points or (fraction <= 1 and longest + 1 <= fraction * (before + cnt))
+
+
+_FEW = 64
+"""Most points a check takes in Python floats: past it, array operations are the cheaper."""
 _NO_RUNS = np.empty(0, dtype=np.int64)
 _NO_RUNS.flags.writeable = False
 
@@ -270,10 +484,10 @@ def runs_of(cond: np.ndarray, carried: int) -> tuple[np.ndarray, np.ndarray, np.
     if n == 0 or not cond.any():  # (every length and run index 0)
         # separate arrays: a caller may write into one
         return np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64), _NO_RUNS
-    seg = np.flatnonzero(cond[1:] != cond[:-1]) + 1
-    seg = np.concatenate(([0], seg))  # first index of each segment of equal values
+    bounds = np.concatenate(([0], np.flatnonzero(cond[1:] != cond[:-1]) + 1, [n]))
+    seg = bounds[:-1]  # first index of each segment of equal values
     val = cond[seg]
-    lens = np.diff(np.append(seg, n))
+    lens = bounds[1:] - seg  # (np.diff and np.append cost several times this)
     new = val.copy()  # the segments that start a run
     first = seg.copy()  # where the run of each segment began
     if carried > 0 and val[0]:

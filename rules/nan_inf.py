@@ -34,6 +34,9 @@ def _word(v: float) -> str:
 
 class NanInfRule(Rule):
     id = "nan_inf"
+    fast = True
+    """Lay the watched series out over the frame's span of records instead of sorting their
+    positions together (tests turn it off to compare)."""
 
     def __init__(self, cfg: NanInfConfig, ctx: Context) -> None:
         super().__init__(cfg, ctx)
@@ -43,41 +46,40 @@ class NanInfRule(Rule):
     def rewind(self) -> None:
         self.episode.reset()
 
-    def _watched(self, frame: Frame) -> list[tuple[str, Points]]:
+    def _watched(self, frame: Frame) -> tuple[list[tuple[str, Points]], bool]:
+        """The watched series present in the frame (each once), and whether all their values
+        are finite (cached on the points: other rules ask too)."""
         cfg: NanInfConfig = self.cfg
         out: list[tuple[str, Points]] = []
         seen: set[str] = set()
+        finite = True
+        roles, series = frame.roles, frame.series
         for role in self._roles:
-            pts = frame.role(role)
-            if pts is not None and len(pts) and pts.name not in seen:
+            name = roles.get(role)
+            pts = None if name is None else series.get(name)
+            if pts is not None and pts.values.shape[0] and name not in seen:
                 out.append((role, pts))
-                seen.add(pts.name)
+                seen.add(name)
+                finite = finite and pts.all_finite
         for name in cfg.metrics:
-            pts = frame.metric(name)
-            if pts is not None and len(pts) and name not in seen:
+            pts = series.get(name)
+            if pts is not None and pts.values.shape[0] and name not in seen:
                 out.append((name, pts))
                 seen.add(name)
-        return out
+                finite = finite and pts.all_finite
+        return out, finite
 
     def update(self, frame: Frame) -> list[Hit]:
-        watched = self._watched(frame)
+        watched, finite = self._watched(frame)
         if not watched:
             return []
-        if all(p.all_finite for _r, p in watched):  # (cached: other rules ask too)
+        if finite:
             if self.episode.active:
-                n = np.unique(np.concatenate([p.pos for _r, p in watched])).shape[0]
+                n = (_rows(watched)[0] if self.fast else
+                     np.unique(np.concatenate([p.pos for _r, p in watched]))).shape[0]
                 self.episode.normal(int(n))
             return []
-        bad = [~np.isfinite(p.values) for _r, p in watched]
-        # one row per record carrying any watched series
-        all_pos = np.concatenate([p.pos for _r, p in watched])
-        rec_pos, first = np.unique(all_pos, return_index=True)
-        rec_step = np.concatenate([p.steps for _r, p in watched])[first]
-        bad_pos = np.concatenate([p.pos[b] for (_r, p), b in zip(watched, bad)])
-        sev_pos = np.concatenate([p.pos[b] for (r, p), b in zip(watched, bad) if r != "grad_norm"]
-                                 or [np.empty(0, dtype=np.int64)])
-        mask = np.isin(rec_pos, bad_pos)
-        severe = np.isin(rec_pos, sev_pos)
+        rec_pos, rec_step, mask, severe = (_rows if self.fast else _rows_sorted)(watched)
         hits: list[Hit] = []
         for k, kind in self.episode.scan(rec_step, mask, severe):
             hits.append(self._hit(watched, int(rec_pos[k]), int(rec_step[k]), kind))
@@ -156,3 +158,42 @@ class NanInfRule(Rule):
             message = f"At step {step} {what}{hint}."
         return self.alert(pos=pos, severity=severity, step=step, time=time, metric=metric,
                           message=message, evidence=evidence, causes=causes, fixes=fixes)
+
+
+_Rows = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+def _rows(watched: list[tuple[str, Points]]) -> _Rows:
+    """One row per record carrying any watched series, in order: (record, step, any value
+    non-finite, a value other than the grad norm's non-finite). The series are laid out over
+    the span of records they cover (record positions are unique within a series, and the first
+    series that has a record gives its step, as :func:`_rows_sorted` does)."""
+    base = min(int(p.pos[0]) for _r, p in watched)
+    span = max(int(p.pos[-1]) for _r, p in watched) - base + 1
+    has = np.zeros(span, dtype=bool)
+    bad = np.zeros(span, dtype=bool)
+    severe = np.zeros(span, dtype=bool)
+    step = np.empty(span, dtype=np.int64)
+    for role, p in reversed(watched):  # (the first series written last: its step stays)
+        at = p.pos - base
+        has[at] = True
+        step[at] = p.steps
+        if not p.all_finite:
+            b = at[~np.isfinite(p.values)]
+            bad[b] = True
+            if role != "grad_norm":
+                severe[b] = True
+    rows = np.flatnonzero(has)
+    return rows + base, step[rows], bad[rows], severe[rows]
+
+
+def _rows_sorted(watched: list[tuple[str, Points]]) -> _Rows:
+    """:func:`_rows` from the positions sorted together (the reference)."""
+    bad = [~np.isfinite(p.values) for _r, p in watched]
+    all_pos = np.concatenate([p.pos for _r, p in watched])
+    rec_pos, first = np.unique(all_pos, return_index=True)
+    rec_step = np.concatenate([p.steps for _r, p in watched])[first]
+    bad_pos = np.concatenate([p.pos[b] for (_r, p), b in zip(watched, bad)])
+    sev_pos = np.concatenate([p.pos[b] for (r, p), b in zip(watched, bad) if r != "grad_norm"]
+                             or [np.empty(0, dtype=np.int64)])
+    return rec_pos, rec_step, np.isin(rec_pos, bad_pos), np.isin(rec_pos, sev_pos)

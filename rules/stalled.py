@@ -60,8 +60,14 @@ class LearningStalledRule(Rule):
                 and not np.count_nonzero(v[1:] == v[:-1])):
             # no value repeats the one before it: every run has length 1, nothing can fire
             self.prev, self.prev_len, self.start_step = float(v[-1]), 1, int(f.steps[-1])
-            self._rearm(v == 0.0, [])
+            # a loss above 0 throughout (the usual case) holds no zero: one reduction says so
+            if float(v.min()) > 0.0:
+                self._rearm(None, [], v.shape[0])
+            else:
+                self._rearm(v == 0.0, [])
             return []
+        if self.fast:
+            return self._by_runs(f)
         L = run_lengths(v, self.prev, self.prev_len)
         carried = self.start_step
         self.prev, self.prev_len = float(f.values[-1]), int(L[-1])
@@ -70,19 +76,57 @@ class LearningStalledRule(Rule):
         zero = f.values == 0.0
         fire_zero = self._rearm(zero, np.flatnonzero(zero & (L == cfg.zero_points)).tolist())
         fire_const = np.flatnonzero(~zero & (L == cfg.constant_points))
-        hits = [self._hit(f, int(i), L, True, carried) for i in fire_zero]
-        hits += [self._hit(f, int(i), L, False, carried) for i in fire_const.tolist()]
+        hits = [self._hit(f, int(i), int(L[i]), True, carried) for i in fire_zero]
+        hits += [self._hit(f, int(i), int(L[i]), False, carried) for i in fire_const.tolist()]
         return sorted(hits, key=lambda h: h.pos)
 
-    def _rearm(self, zero: np.ndarray, candidates: list[int]) -> list[int]:
+    def _by_runs(self, f: Points) -> list[Hit]:
+        """The frame from its runs of equal values (where the values change) rather than a run
+        length per point: only a run long enough reaches a bar, each at one point."""
+        cfg: StalledConfig = self.cfg
+        v = f.values
+        m = v.shape[0]
+        # run r is bounds[r]:bounds[r + 1]
+        bounds = np.concatenate(([0], np.flatnonzero(v[1:] != v[:-1]) + 1, [m]))
+        lens = bounds[1:] - bounds[:-1]
+        carry = self.prev_len if v[0] == self.prev else 0  # (the first run goes on)
+        lens[0] += carry
+        zeros: list[int] = []
+        consts: list[int] = []
+        for r in np.flatnonzero(lens >= min(cfg.zero_points, cfg.constant_points)).tolist():
+            s = int(bounds[r])
+            zero = float(v[s]) == 0.0
+            i = s + (cfg.zero_points if zero else cfg.constant_points) - (carry if r == 0 else 0) - 1
+            if s <= i < int(bounds[r + 1]):  # the point where the run's length equals the bar
+                (zeros if zero else consts).append(i)
+        carried = self.start_step
+        last = int(lens[-1])
+        self.prev, self.prev_len = float(v[-1]), last
+        self.start_step = int(f.steps[m - last]) if m - last >= 0 else carried
+        fire_zero = self._rearm(None if float(v.min()) > 0.0 else v == 0.0, zeros, m)
+        hits = [self._hit(f, i, cfg.zero_points, True, carried) for i in fire_zero]
+        hits += [self._hit(f, i, cfg.constant_points, False, carried) for i in consts]
+        return sorted(hits, key=lambda h: h.pos)
+
+    def _rearm(self, zero: np.ndarray | None, candidates: list[int], n: int = 0) -> list[int]:
         """The zero-loss candidates (indices, in order) that fire: one per episode, re-armed by
-        ``rearm_points`` non-zero values in a row; carries the state to the next frame."""
+        ``rearm_points`` non-zero values in a row; carries the state to the next frame.
+        ``zero=None``: ``n`` values, none of them 0 (so no candidate either)."""
         need = self.cfg.rearm_points
+        if zero is None or (self.fast and not zero.any()):
+            # no zero here: only the non-zero run grows (and may re-arm)
+            n = n if zero is None else zero.shape[0]
+            self.nonzero_run += n
+            if self.nonzero_run >= need:
+                self.zero_armed = True
+            return []
         zi = np.flatnonzero(zero)
         # non-zero values in a row just before each zero (the carried run before the first)
-        gaps = np.diff(zi, prepend=-1) - 1
-        if gaps.shape[0]:
-            gaps[0] += self.nonzero_run
+        gaps = np.empty_like(zi)
+        if gaps.shape[0]:  # (np.diff with prepend= costs several times this)
+            gaps[0] = zi[0] + self.nonzero_run
+            np.subtract(zi[1:], zi[:-1], out=gaps[1:])
+            gaps[1:] -= 1
         fired: list[int] = []
         k = 0
         for c in candidates:
@@ -103,10 +147,10 @@ class LearningStalledRule(Rule):
         self.nonzero_run = tail if zi.shape[0] else self.nonzero_run + n
         return fired
 
-    def _hit(self, f: Points, i: int, L: np.ndarray, zero: bool, carried: int | None) -> Hit:
+    def _hit(self, f: Points, i: int, n: int, zero: bool, carried: int | None) -> Hit:
+        """An alert at point ``i``, the ``n``-th of its run."""
         cfg: StalledConfig = self.cfg
         pos, step = int(f.pos[i]), int(f.steps[i])
-        n = int(L[i])
         since = int(f.steps[i - n + 1]) if i - n + 1 >= 0 else carried
         value = float(f.values[i])
         evidence: dict[str, object] = {"value": r6(value), "points": n}

@@ -70,6 +70,15 @@ def median(x: np.ndarray) -> float:
     return float(median_sorted(np.sort(x)))
 
 
+def min_max(v: np.ndarray, few: int = 64) -> tuple[float, float]:
+    """(lowest, highest) of a non-empty 1-D array: on Python floats up to ``few`` values (a live
+    frame of a few points: two array reductions cost more than the list), else two reductions."""
+    if v.shape[0] > few:
+        return float(v.min()), float(v.max())
+    vals = v.tolist()
+    return min(vals), max(vals)
+
+
 def distinct(x: np.ndarray) -> np.ndarray:
     """The sorted distinct values of a 1-D array: ``np.unique`` without its first call's import
     of ``numpy.ma`` (7-10 ms on ``check`` and ``report``, which call it once)."""

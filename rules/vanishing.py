@@ -3,28 +3,49 @@ is not improving (a converged model has small gradients too, but its loss got th
 
 from __future__ import annotations
 
+import math
 from collections import deque
 
 import numpy as np
 
-from trainwatch.rules.base import Context, Frame, Hit, Rule, fmt, r6
-from trainwatch.rules.blocks import Blocks, shared_blocks
+from trainwatch.rules.base import Context, Frame, Hit, Points, Rule, fmt, r6
+from trainwatch.rules.blocks import Blocks, BlockStream, shared_blocks
 from trainwatch.rules.models import VanishingConfig
+from trainwatch.rules.stats import min_max
 
 
 class GradVanishingRule(Rule):
     fast = True
-    """Take runs of quiet blocks in one vectorised step (tests turn it off to compare)."""
+    """Take runs of quiet blocks in one vectorised step, and put off the blocks of a frame whose
+    points show that none can be low (tests turn it off to compare)."""
     id = "grad_vanishing"
 
     def __init__(self, cfg: VanishingConfig, ctx: Context) -> None:
         super().__init__(cfg, ctx)
         self.peak = 0.0
+        """The highest grad block median so far (of every segment)."""
         self.peak_step = 0
+        self._grads = BlockStream(cfg.window, noise=False)
+        """The grad norm's blocks (only this rule reads them: it keeps their stream)."""
+        self._later: list[Points] = []
+        """Finite grad points of frames put off (see :meth:`_put_off`), not yet in ``_grads``."""
+        self._later_n = 0
+        self._later_hi = -math.inf
+        """A bound over the running peak as it will be once ``_later`` is taken."""
         self.rewind()
 
     def rewind(self) -> None:
+        self._take_later()  # (the peak outlives the segment)
+        self._grads.reset()
+        self._open = 0
+        """Points of the grad block under way (whether taken or put off)."""
+        self._open_lo, self._open_hi = math.inf, -math.inf
+        """Bounds of their values."""
         self.loss_hist: deque[float] = deque(maxlen=self.cfg.loss_windows + 1)
+        """The last loss block medians (with ``_new_loss`` after them)."""
+        self._new_loss: list[tuple[Blocks, int, int]] = []
+        """Loss blocks ``lo:hi`` of a frame not yet added to ``loss_hist`` (nor to ``delta``):
+        only a low grad block reads them, so a quiet frame only notes its own."""
         self.delta = self.cfg.loss_min_delta
         self.nblk = 0
         self.low = 0
@@ -32,7 +53,13 @@ class GradVanishingRule(Rule):
 
     def update(self, frame: Frame) -> list[Hit]:
         lb = shared_blocks(self.ctx, frame, "loss", self.cfg.window)
-        gb = shared_blocks(self.ctx, frame, "grad_norm", self.cfg.window, noise=False)
+        g = frame.role("grad_norm")
+        f = g.finite() if g is not None and len(g) else None
+        if f is None or not len(f) or (self.fast and self._put_off(f)):
+            self._add_loss(lb, 0, len(lb))
+            return []
+        self._take_later()
+        gb = self._grads.push(f)
         if not len(gb):
             self._add_loss(lb, 0, len(lb))
             return []
@@ -64,12 +91,71 @@ class GradVanishingRule(Rule):
             self._add_loss(lb, j, len(lb))
         return hits
 
+    def _put_off(self, f: Points) -> bool:
+        """Whether the frame's grad blocks can wait: no block it completes can be low, since
+        the lowest point of any (the frame's and the block under way's) is above the bars of
+        the highest running peak they could reach. Its points then wait in ``_later`` for the
+        next frame that needs the blocks (as :meth:`_quiet_prefix` would take them: only the
+        peak, its step and the block count change). Keeps the bounds of the block under way
+        either way."""
+        cfg: VanishingConfig = self.cfg
+        v = f.values
+        m = v.shape[0]
+        vmin, vmax = min_max(v, _FEW)
+        lo, hi = vmin, max(self.peak, self._later_hi, vmax)
+        if self._open:
+            lo, hi = min(lo, self._open_lo), max(hi, self._open_hi)
+            self._open_lo, self._open_hi = lo, max(self._open_hi, vmax)
+        else:
+            self._open_lo, self._open_hi = vmin, vmax
+        done = (self._open + m) // cfg.window  # blocks the frame completes
+        self._open = (self._open + m) % cfg.window
+        if done:  # (the block now under way holds points of this frame only, or none)
+            self._open_lo, self._open_hi = vmin, vmax
+        if (self.active or self._later_n + m > _MAX_LATER
+                or not lo > max(cfg.ratio * hi, cfg.abs_floor)):
+            return False
+        self._later.append(f)
+        self._later_n += m
+        self._later_hi = hi
+        if done:
+            self.low = 0
+        return True
+
+    def _take_later(self) -> None:
+        """Add the points put off to the grad blocks, with their peak and count."""
+        if not self._later:
+            return
+        later = self._later
+        f = later[0] if len(later) == 1 else Points(
+            later[0].name, *(np.concatenate([getattr(p, a) for p in later])
+                             for a in ("steps", "values", "times", "pos")))
+        self._later, self._later_n, self._later_hi = [], 0, -math.inf
+        gb = self._grads.push(f)
+        if len(gb):
+            self.nblk += len(gb)
+            j = int(gb.med.argmax())  # (the first of equal highs, as block by block)
+            if float(gb.med[j]) > self.peak:
+                self.peak, self.peak_step = float(gb.med[j]), int(gb.step[j])
+
     def _quiet_prefix(self, gb: Blocks) -> int:
         """Take in one step the leading grad blocks that are not low (the common case), as the
         loop would. Returns how many were taken."""
         if not self.fast:
             return 0
         cfg: VanishingConfig = self.cfg
+        n = len(gb)
+        if n <= _FEW and not self.active:
+            # (a short run, or a live frame: a few blocks, in Python floats) the lowest block
+            # above the bars of the highest peak leaves none low: every block is taken
+            meds = gb.med.tolist()
+            top = max(meds)
+            if min(meds) > max(cfg.ratio * max(self.peak, top), cfg.abs_floor):
+                self.nblk += n
+                if top > self.peak:
+                    self.peak, self.peak_step = top, int(gb.step[meds.index(top)])
+                self.low = 0
+                return n
         med = gb.med
         peak = np.maximum(self.peak, np.maximum.accumulate(med))
         low = (med <= cfg.ratio * peak) | (med <= cfg.abs_floor)
@@ -87,19 +173,32 @@ class GradVanishingRule(Rule):
         return k
 
     def _add_loss(self, lb: Blocks, lo: int, hi: int) -> None:
-        cfg: VanishingConfig = self.cfg
+        """Note the loss blocks ``lo:hi``: added to the history when it is next read."""
         if hi <= lo:
             return
-        # only the last maxlen can stay in the history
-        self.loss_hist.extend(lb.med[max(lo, hi - (self.loss_hist.maxlen or hi)):hi].tolist())
-        # "improving" must beat the noise of two window medians, not just min_delta
-        self.delta = max(cfg.loss_min_delta, 3.0 * 1.4142 * float(lb.noise[hi - 1]))
+        if hi - lo >= (self.loss_hist.maxlen or 0):  # they alone fill the history
+            self._new_loss.clear()
+        self._new_loss.append((lb, lo, hi))
+        if not self.fast:  # (the reference adds them at once)
+            self._fold_loss()
+
+    def _fold_loss(self) -> None:
+        """Add the noted loss blocks to the history, and take ``delta`` from the last."""
+        cfg: VanishingConfig = self.cfg
+        for lb, lo, hi in self._new_loss:
+            # only the last maxlen can stay in the history
+            self.loss_hist.extend(lb.med[max(lo, hi - (self.loss_hist.maxlen or hi)):hi].tolist())
+            # "improving" must beat the noise of two window medians, not just min_delta
+            self.delta = max(cfg.loss_min_delta, 3.0 * 1.4142 * float(lb.noise[hi - 1]))
+        self._new_loss.clear()
 
     def _block(self, frame: Frame, gb: Blocks, i: int, med: float) -> Hit | None:
         cfg: VanishingConfig = self.cfg
         self.nblk += 1
         if med > self.peak:
             self.peak, self.peak_step = med, int(gb.step[i])
+        if self._new_loss:
+            self._fold_loss()
         lh = self.loss_hist
         stuck = len(lh) == lh.maxlen and lh[-1] > lh[0] - self.delta * abs(lh[0])
         low = med <= cfg.ratio * self.peak or med <= cfg.abs_floor
@@ -134,3 +233,10 @@ class GradVanishingRule(Rule):
         return self.alert(pos=pos, severity=cfg.severity, step=step, time=float(gb.time[i]),
                           metric=frame.roles.get("grad_norm"), message=message,
                           evidence=evidence, causes=causes, fixes=fixes)
+
+
+_FEW = 256
+"""Most blocks (or points) a frame's quiet check takes in Python floats (a 12k-point frame's
+blocks, at 50 points a block): past it, array operations are the cheaper."""
+_MAX_LATER = 1 << 16
+"""Most grad points put off (a live watch's quiet frames are taken now and then)."""
