@@ -11,6 +11,7 @@ that is what makes feeding point by point and feeding a whole file give identica
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -46,7 +47,7 @@ def pct(x: float) -> str:
 def r6(x: float) -> float:
     """Evidence numbers: 6 significant digits is all a person (or a test) needs."""
     x = float(x)
-    return float(f"{x:.6g}") if np.isfinite(x) else x
+    return float(f"{x:.6g}") if math.isfinite(x) else x
 
 
 @dataclass(frozen=True, slots=True)
