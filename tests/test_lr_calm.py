@@ -13,7 +13,8 @@ import pytest
 from rule_frames import fast_and_reference, feed_alike, frames_of
 
 from trainwatch.rules.config import load_rules_config
-from trainwatch.rules.lr import LrExhaustedRule, _too_short
+from trainwatch.rules.lr import LrExhaustedRule
+from trainwatch.rules.lr_calm import too_short
 
 
 def _lr_shape(rng: np.random.Generator, n: int, peak: float) -> np.ndarray:
@@ -101,7 +102,7 @@ def test_too_short_bounds_every_run_it_passes() -> None:
             for before in range(30):
                 for min_points in (1, 4, 9):
                     for fraction in (0.1, 0.3, 0.5, 1.0):
-                        if not _too_short(carried, cnt, before, min_points, fraction):
+                        if not too_short(carried, cnt, before, min_points, fraction):
                             continue
                         # a run of the candidates in a row from the first, carried in or not
                         for j in range(1, cnt + 1):

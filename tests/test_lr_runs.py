@@ -39,13 +39,14 @@ def test_clear_is_quiet_without_the_running_peak(seed: int) -> None:
     running peak) says, with the candidates in Python floats or in arrays."""
     from trainwatch.rules.base import Context
     from trainwatch.rules.config import load_rules_config
-    from trainwatch.rules.lr import _FEW, LrExhaustedRule
+    from trainwatch.rules.lr import LrExhaustedRule
+    from trainwatch.rules.lr_calm import FEW
 
     rule = LrExhaustedRule(load_rules_config().rules["lr_exhausted"], Context())
     rng = np.random.default_rng(seed)
     passed = {True: 0, False: 0}
     for _ in range(1500):
-        n = int(rng.integers(1, 3 * _FEW))
+        n = int(rng.integers(1, 3 * FEW))
         level = 10.0 ** rng.uniform(-6, -2)
         v = level * np.exp(rng.normal(0, rng.choice([0.01, 0.5, 3.0]), n))
         if rng.random() < 0.3:  # a warm-up, or a decay to the floor and ~0
