@@ -130,8 +130,10 @@ class KindScore:
 
 
 CHUNK = 256 << 10
-"""Bytes per read when parsing: after the first read the parser's column fast path takes over,
-as it does on a long file or a live tail (a whole small file in one read is all slow path)."""
+"""Bytes per read when parsing the labelled runs: a short file then comes in two or three reads,
+which the backfill joins (``rules.check.backfill_batches``), as a file that grew while it was read.
+(Read whole, in ``check``'s 4 MiB, the ratio measures the same: 0.32-0.33x both ways, 2026-11-22;
+the parser learns its fast path's schema from the head of the first read either way.)"""
 
 
 def run_engine(run: SyntheticRun, cfg: Any, cost: Cost, chunk: int = CHUNK) -> list[Alert]:
