@@ -26,7 +26,7 @@ import numpy as np
 from trainwatch.rules.base import Context, Frame, Hit, fmt, pct, r6
 from trainwatch.rules.blocks import Blocks, LossBlockRule
 from trainwatch.rules.models import DivergenceConfig
-from trainwatch.rules.stats import median, median_sorted, small_median, windows
+from trainwatch.rules.stats import median_sorted, small_median, windows
 
 SCATTER_BLOCKS = 16
 """Consecutive-block jumps the between-block scatter is the median of."""
@@ -54,6 +54,14 @@ def scatter_at(jumps: np.ndarray, end: int) -> float:
     if end < _MIN_JUMPS:
         return 0.0
     return small_median(jumps[max(0, end - SCATTER_BLOCKS):end].tolist()) * _JUMP_TO_SIGMA
+
+
+def scatter_at_list(jumps: list[float], end: int) -> float:
+    """:func:`scatter_at` on the jumps as Python floats (the per-block reference reads them so:
+    no numpy call per block)."""
+    if end < _MIN_JUMPS:
+        return 0.0
+    return small_median(jumps[max(0, end - SCATTER_BLOCKS):end]) * _JUMP_TO_SIGMA
 
 
 def block_scatter(prev: float | None, jumps: np.ndarray, med: np.ndarray
@@ -103,8 +111,8 @@ def _scale(best: float, mad: float) -> float:
 
 
 _FEW = 8
-"""More candidate blocks than this in a vectorised step: their exact bars are computed in one go
-(a few are cheaper one by one)."""
+"""Candidate blocks of a vectorised step checked one by one first (a rise under way makes the
+first bad); the exact bars of the rest, if any, are computed in one go."""
 
 LEVEL_BLOCKS = 3
 """Consecutive block medians whose median is a level the best is taken from."""
@@ -148,7 +156,12 @@ class DivergenceRule(LossBlockRule):
         self._rewind_blocks()
         self._jumps = np.empty(0)
         """The jumps between block medians (see block_jumps): the segment's last
-        ``SCATTER_BLOCKS - 1`` before the frame being driven, then the frame's own."""
+        ``SCATTER_BLOCKS - 1`` before the frame being driven, then the frame's own (once
+        computed: see :meth:`_frame_jumps`)."""
+        self._jin: tuple[np.ndarray, float | None, np.ndarray] | None = None
+        """What the frame's jumps are computed from when first read (the carried jumps, the
+        block before the frame, its block medians), None once they are: a frame with no block
+        that may rise reads none (a short file checked whole: never)."""
         self._jump0 = 0
         """Where in ``_jumps`` the jumps of the frame's first block end (see scatter_at)."""
         self._last: list[float] = []
@@ -157,6 +170,9 @@ class DivergenceRule(LossBlockRule):
         self._level = np.empty(0)
         """The level (see block_levels) at each block of the frame being driven: what the best
         is the lowest of."""
+        self._cols: tuple[list[float], list[float], list[float]] | None = None
+        """The frame's levels, MADs and jumps as Python floats, made at its first block taken
+        one by one (the per-block reference then does no numpy indexing)."""
         self.up = 0
         self.quiet = 0
         self.active = False
@@ -172,12 +188,21 @@ class DivergenceRule(LossBlockRule):
         prev = self._last[-1] if self._last else None
         # (the between-block scatter is needed only at blocks that may rise above the best: it
         # is computed there, from the jumps, not at every block as block_scatter does)
-        carried = self._jumps[-(SCATTER_BLOCKS - 1):]
-        new = block_jumps(prev, b.med)
-        self._jumps = np.concatenate((carried, new)) if carried.shape[0] else new
+        carried = self._frame_jumps()[-(SCATTER_BLOCKS - 1):]
+        self._jin = (carried, prev, b.med)
         self._jump0 = carried.shape[0] + (0 if prev is None else 1)
         self._level = block_levels(self._last, b.med)
+        self._cols = None
         self._last = (self._last + b.med[-(LEVEL_BLOCKS - 1):].tolist())[-(LEVEL_BLOCKS - 1):]
+
+    def _frame_jumps(self) -> np.ndarray:
+        """``_jumps``, computed at the first read in a frame."""
+        if self._jin is not None:
+            carried, prev, med = self._jin
+            new = block_jumps(prev, med)
+            self._jumps = np.concatenate((carried, new)) if carried.shape[0] else new
+            self._jin = None
+        return self._jumps
 
     def _new_best(self, med: float) -> None:
         if self.rearm_below is not None and med < self.rearm_below:
@@ -188,7 +213,11 @@ class DivergenceRule(LossBlockRule):
         """One block, the reference."""
         cfg: DivergenceConfig = self.cfg
         self.nblk += 1
-        level = float(self._level[i])
+        cols = self._cols
+        if cols is None:  # (the MAD is read at once: the block's noise, given, computed it)
+            cols = self._cols = (self._level.tolist(), b.mad.tolist(),
+                                      self._frame_jumps().tolist())
+        level = cols[0][i]
         if self.best is None or self.nblk <= cfg.warmup_windows:
             self._note_best(level, step)
             return None
@@ -200,9 +229,9 @@ class DivergenceRule(LossBlockRule):
                 self.active = False
             self._note_best(level, step)
             return None
-        rise = max(cfg.rise, cfg.noise_factor * max(noise, scatter_at(self._jumps,
-                                                                    self._jump0 + i)))
-        scale = _scale(best, float(b.mad[i]))
+        rise = max(cfg.rise, cfg.noise_factor * max(noise, scatter_at_list(cols[2],
+                                                                         self._jump0 + i)))
+        scale = _scale(best, cols[1][i])
         up = med > best and med >= best + rise * scale
         capped = cfg.cap is not None and med > cfg.cap
         err = capped or (med > best and med >= best + cfg.error_rise * scale)
@@ -280,34 +309,39 @@ class DivergenceRule(LossBlockRule):
         whose medians, bests before them and scales are given) that rises above the best by
         :meth:`_block`'s bars; ``med``'s length if none does."""
         cfg: DivergenceConfig = self.cfg
-        if cands.shape[0] > _FEW:  # (many: vectorised)
-            g = cands + i
-            sc = scatter_of(self._jumps, g + self._jump0)
-            rise = np.maximum(cfg.rise, cfg.noise_factor * np.maximum(b.noise[g], sc))
-            m, bs, sl = med[cands], best[cands], scale[cands]
-            bad = (m > bs) & ((m >= bs + rise * sl) | (m >= bs + cfg.error_rise * sl))
-            if cfg.cap is not None:
-                bad |= m > cfg.cap
-            hit = np.flatnonzero(bad)
-            return int(cands[hit[0]]) if hit.shape[0] else med.shape[0]
+        # the first few one by one on Python floats (a rise under way: the first is often bad),
+        # the rest, if many, vectorised
+        cl = cands.tolist()
         medl, bestl, scalel = med.tolist(), best.tolist(), scale.tolist()
-        for t in cands.tolist():
+        noise, jumps, j0 = b.noise.tolist(), self._frame_jumps().tolist(), self._jump0 + i
+        for t in cl[:_FEW]:
             x, bs, sl = medl[t], bestl[t], scalel[t]
             if cfg.cap is not None and x > cfg.cap:
                 return t
-            rise = max(cfg.rise, cfg.noise_factor * max(
-                float(b.noise[i + t]), scatter_at(self._jumps, self._jump0 + i + t)))
+            sc = scatter_at_list(jumps, j0 + t)
+            rise = max(cfg.rise, cfg.noise_factor * max(noise[i + t], sc))
             if x > bs and (x >= bs + rise * sl or x >= bs + cfg.error_rise * sl):
                 return t
-        return med.shape[0]
+        if len(cl) <= _FEW:
+            return med.shape[0]
+        cands = cands[_FEW:]
+        g = cands + i
+        sc = scatter_of(self._frame_jumps(), g + self._jump0)
+        rise = np.maximum(cfg.rise, cfg.noise_factor * np.maximum(b.noise[g], sc))
+        m, bs, sl = med[cands], best[cands], scale[cands]
+        bad = (m > bs) & ((m >= bs + rise * sl) | (m >= bs + cfg.error_rise * sl))
+        if cfg.cap is not None:
+            bad |= m > cfg.cap
+        hit = np.flatnonzero(bad)
+        return int(cands[hit[0]]) if hit.shape[0] else med.shape[0]
 
     def _fire(self, frame: Frame, b: Blocks, i: int, med: float, best: float, severity: str,
               capped: bool) -> Hit:
         cfg: DivergenceConfig = self.cfg
         pos, step = int(b.pos[i]), int(b.step[i])
         rise = (med - best) / abs(best) if best else None
-        lr = self.ctx.latest("lr", pos)
         _s, lr_recent = self.ctx.recent("lr", pos, 2 * cfg.window)
+        lr = float(lr_recent[-1]) if lr_recent.shape[0] else None  # (= ctx.latest("lr", pos))
         _g, gv = self.ctx.recent("grad_norm", pos, 4 * cfg.window)
         causes = [("the learning rate is too high for this phase of training", 0.6),
                   ("bad data: a corrupt shard or a shift in the data distribution", 0.3),
@@ -316,7 +350,8 @@ class DivergenceRule(LossBlockRule):
             causes.append(("the LR rose recently (warm-up ending, a schedule restart)", 0.7))
         if gv.shape[0] >= 8:
             half = gv.shape[0] // 2
-            if median(gv[half:]) > 2 * median(gv[:half]):
+            g = gv.tolist()  # (medians of ~100 Python floats: ~3x cheaper than numpy's sort)
+            if small_median(g[half:]) > 2 * small_median(g[:half]):
                 causes.append(("updates are growing: the grad norm doubled meanwhile", 0.6))
         fixes = [(f"Rewind to a checkpoint near step {self.best_step} (best loss {fmt(best)}) "
                  "and lower the LR 2-10x"),

@@ -16,6 +16,7 @@ next frame (a short file checked whole is one frame: never).
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections import deque
 
 import numpy as np
@@ -51,10 +52,9 @@ class LrPeak:
         pts = frame.role("lr")
         if pts is None or not len(pts):
             return self.peak
-        k = int(np.searchsorted(pts.pos, pos, side="right"))
-        v = pts.values[:k]
-        v = v[np.isfinite(v)]
-        return max(self.peak, float(v.max())) if v.shape[0] else self.peak
+        fin = pts.finite()  # (cached on the frame's points: other rules ask for it too)
+        k = int(np.searchsorted(fin.pos, pos, side="right"))
+        return max(self.peak, float(fin.values[:k].max())) if k else self.peak
 
     def end_frame(self, frame: Frame) -> None:
         pts = frame.role("lr")
@@ -75,6 +75,22 @@ noisy: at a plateau an LR too high to settle near the minimum (the picture behin
 ReduceLROnPlateau) is then as likely as one too low, and is said first."""
 _SPREAD_POINTS = 200
 """Train-loss points the robust spread (:meth:`PlateauRule._spread`) is taken over."""
+
+
+def first_check(wait: int, news: list[int], n: int, patience: int, every: int) -> int:
+    """The first of ``n`` blocks at which a constant ``patience`` runs out (the wait reaches it,
+    or a multiple of ``every`` past it: the trend test's repeats), ``n`` if none. ``wait`` is the
+    wait before the first block; ``news`` the blocks that are new bests (their wait is 0, and
+    the next block's 1). As the vectorised step's check on arrays of waits, in a few Python
+    operations per new best."""
+    start, w = 0, wait + 1
+    for s in news + [n]:
+        # the blocks start .. s - 1 wait w, w + 1, ...
+        t = start + (patience - w if w <= patience else (patience - w) % every)
+        if t < s:
+            return t
+        start, w = s + 1, 1
+    return n
 
 
 class PlateauRule(LossBlockRule):
@@ -168,8 +184,7 @@ class PlateauRule(LossBlockRule):
         noise = b.noise[i:j]
         bprev = np.minimum.accumulate(np.concatenate(([self.best], med)))[:-1]
         improved = med < bprev - np.maximum(cfg.min_delta, cfg.noise_factor * noise) * np.abs(bprev)
-        idx = np.arange(n)
-        last = np.maximum.accumulate(np.where(improved, idx, -1))
+        news = np.flatnonzero(improved).tolist()  # (the new bests: few)
         # the reference each block's level is compared with, if no slow improvement restarted
         # the patience: the last new best before it (each is below all before it, so the lowest
         # of them). A restart sets it to the level, below the reference then: the reference is
@@ -187,21 +202,24 @@ class PlateauRule(LossBlockRule):
         maybe = level < ref - delta * np.abs(ref)
         maybe &= ~improved
         rearm = self.rearm_below
-        patience: int | np.ndarray = cfg.patience
-        every: int | np.ndarray = max(4, cfg.patience // 4)
-        if rearm is None:
-            if cfg.patience_fraction * (self.nblk + n) >= cfg.patience + 1:  # (else a scalar)
+        if rearm is None and cfg.patience_fraction * (self.nblk + n) < cfg.patience + 1:
+            # the patience a scalar (the common case): the first check found from the new bests
+            k = first_check(self.wait, news, n, cfg.patience, max(4, cfg.patience // 4))
+        else:
+            if rearm is None:
+                idx = np.arange(n)
+                last = np.maximum.accumulate(np.where(improved, idx, -1))
                 patience = np.maximum(cfg.patience, (cfg.patience_fraction * (
                     self.nblk + idx + 1)).astype(np.int64))
                 every = np.maximum(4, patience // 4)
-            wait = np.where(last >= 0, idx - last, self.wait + idx + 1)
-            # past the patience, only every max(4, patience/4)-th block runs the trend test
-            stop = (wait >= patience) & ((wait - patience) % every == 0)
-            stop &= ~improved
-        else:
-            stop = med < rearm
-        hit = np.flatnonzero(stop)
-        k = int(hit[0]) if hit.shape[0] else n
+                wait = np.where(last >= 0, idx - last, self.wait + idx + 1)
+                # past the patience, only every max(4, patience/4)-th block runs the trend test
+                stop = (wait >= patience) & ((wait - patience) % every == 0)
+                stop &= ~improved
+            else:
+                stop = med < rearm
+            hit = np.flatnonzero(stop)
+            k = int(hit[0]) if hit.shape[0] else n
         # ... each checked in order as :meth:`_block` does, up to the first stop (a restart there
         # takes its place: its patience check does not run). After a restart at t no patience can
         # run out before t + patience: the step goes on to there (it may stop early, never late).
@@ -209,13 +227,13 @@ class PlateauRule(LossBlockRule):
         cands = np.flatnonzero(maybe).tolist()
         if cands and cands[0] <= k:
             medl, al, cl, refl = med.tolist(), a.tolist(), c.tolist(), ref.tolist()
-            noisel = noise.tolist()
+            deltal = delta.tolist()  # (:meth:`_block`'s margin, to the bit: computed above)
             for t in cands:
                 if t > k or (t == k and rearm is not None):
                     break
                 r = min(refl[t], level_r)
                 x = medl[t]
-                bar = r - max(cfg.min_delta, _LEVEL_DIFF * cfg.noise_factor * noisel[t]) * abs(r)
+                bar = r - deltal[t] * abs(r)
                 if x < bar and (al[t] < bar or cl[t] < bar):
                     restart, level_r = t, small_median((al[t], cl[t], x))
                     if rearm is None:
@@ -224,7 +242,7 @@ class PlateauRule(LossBlockRule):
             self.recent.extend(med[:k].tolist())
             self.nblk += k
             self._note_best_of(b, i, med[:k])
-            li = int(last[k - 1])
+            li = news[bisect_left(news, k) - 1] if news and news[0] < k else -1  # (last new best)
             event = max(li, restart)
             self.wait = k - 1 - event if event >= 0 else self.wait + k
             self.since_best = k - 1 - li if li >= 0 else self.since_best + k
@@ -378,7 +396,7 @@ class PlateauRule(LossBlockRule):
         lr = self.ctx.latest("lr", pos)
         peak = self.lr.at(frame, pos)
         _gs, gv = self.ctx.recent("grad_norm", pos, 50)
-        g = median(gv) if gv.shape[0] else None
+        g = small_median(gv.tolist()) if gv.shape[0] else None  # (= median(gv): 50 values)
         severity = severity_override or cfg.severity
         causes: list[tuple[str, float]] = []
         fixes: list[str] = []

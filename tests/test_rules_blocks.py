@@ -77,11 +77,14 @@ def test_vectorised_runs_match_the_per_block_reference(monkeypatch: pytest.Monke
 
 def _state(rule: object) -> str:
     """Everything a rule carries from one frame to the next (its config and context aside; a
-    frame whose blocks plateau deferred taken first)."""
+    frame whose blocks plateau deferred taken first, divergence's jumps computed; its ``_cols``
+    is the frame's values as Python floats, made only when a block is taken one by one)."""
     if isinstance(rule, PlateauRule):
         rule._settle_train()
+    if isinstance(rule, DivergenceRule):
+        rule._frame_jumps()  # (computed when first read: the same value either way)
     return repr({k: list(v) if isinstance(v, deque) else v for k, v in vars(rule).items()
-                 if k not in ("cfg", "ctx", "lr", "blocks", "fast")})
+                 if k not in ("cfg", "ctx", "lr", "blocks", "fast", "_cols")})
 
 
 @pytest.mark.parametrize("reads", ["whole", "live"])
@@ -258,3 +261,25 @@ def test_plateau_vectorised_step_stops_at_a_rearm_even_on_a_slow_improvement() -
     assert _state(twin) == _state(rule)
     twin._block(None, b, 3, 0.986, 0.0, int(b.step[3]))  # type: ignore[arg-type]
     assert twin.rearm_below is None and twin.ref_step == b.step[3]  # (what the block does)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_plateau_first_check_is_the_waits_check(seed: int) -> None:
+    """The vectorised step finds its first patience check from the new bests (a constant
+    patience): the same block as the check on the array of waits, as it was written first."""
+    from trainwatch.rules.plateau import first_check
+
+    rng = np.random.default_rng(seed)
+    for _ in range(300):
+        n = int(rng.integers(1, 80))
+        patience = int(rng.integers(1, 30))
+        every = max(4, patience // 4)
+        wait0 = int(rng.integers(0, 3 * patience))
+        improved = rng.random(n) < rng.choice([0.0, 0.02, 0.1, 0.5])
+        idx = np.arange(n)
+        last = np.maximum.accumulate(np.where(improved, idx, -1))
+        wait = np.where(last >= 0, idx - last, wait0 + idx + 1)
+        stop = (wait >= patience) & ((wait - patience) % every == 0) & ~improved
+        hit = np.flatnonzero(stop)
+        want = int(hit[0]) if hit.shape[0] else n
+        assert first_check(wait0, np.flatnonzero(improved).tolist(), n, patience, every) == want

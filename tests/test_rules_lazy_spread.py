@@ -164,3 +164,29 @@ def test_plateau_defers_only_frames_that_cannot_fire(monkeypatch: pytest.MonkeyP
             assert got[0] == got[1], seed
             fired += bool(got[0])
     assert deferred[0] > 20 and fired >= 4, (deferred, fired)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_divergence_jumps_carried_from_frame_to_frame_are_the_streams(seed: int) -> None:
+    """Divergence computes a frame's jumps between block medians when first read (often never):
+    whether or not each frame read them, the jumps a frame sees (carried + its own) are those of
+    the whole stream's block medians, to the bit."""
+    rng = np.random.default_rng(20 + seed)
+    med = 1.0 + 0.1 * rng.standard_normal(90)
+    med[11] = 0.0
+    whole = dv.block_jumps(None, med).tolist()
+    cuts = sorted(rng.choice(np.arange(1, 90), 8, replace=False).tolist())
+    for reads in (rng.random(9) < 0.5, np.zeros(9, bool), np.ones(9, bool)):
+        rule = DivergenceRule(load_rules_config().rules["divergence"], Context())
+        seen = 0
+        for piece, read in zip(np.split(med, cuts), reads):
+            n = piece.shape[0]
+            rule._start_frame(Blocks(piece, np.zeros(n), np.zeros(n), np.arange(n), np.zeros(n),
+                                     np.arange(n)))
+            seen += n
+            if read or seen == 90:
+                got = rule._frame_jumps().tolist()
+                # (the first block of the stream has no jump)
+                assert got == whole[max(0, seen - 1 - len(got)):seen - 1], (seed, seen)
+                # (where the jumps of the frame's first block end)
+                assert rule._jump0 == len(got) - n + 1
