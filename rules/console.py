@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from trainwatch.rules.base import Hit, make_hit
-from trainwatch.rules.memory import DETACH_CAUSES, DETACH_FIXES
+from trainwatch.rules.growth_alerts import DETACH_CAUSES, DETACH_FIXES
 from trainwatch.rules.models import ConsoleConfig, DetachConfig
 
 MAX_TEXT = 300

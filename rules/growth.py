@@ -12,7 +12,7 @@ step time is a tensor kept with its graph (``memory_growth``). Whichever is seen
 segment owns the diagnosis; the other does not fire on the same growth.
 
 A rising step time only counts as the detach ramp when it rises *steadily* (see
-:func:`steady_rise`): an undetached state makes every backward pass longer by the same amount,
+:func:`~trainwatch.rules.rise_shape.steady_rise`): an undetached state makes every backward pass longer by the same amount,
 while other processes loading the machine lift the step time in a step (load arrives) or a burst.
 Without that test a memory leak on a busy machine reads as a detach bug.
 """
@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 
@@ -29,10 +28,9 @@ from trainwatch.rules.base import Points
 from trainwatch.rules.ordered_trend import (
     spearman_in_order,
     spearman_rows,
-    theil_sen_in_order,
     trend_in_order,
 )
-from trainwatch.rules.stats import median, median_sorted, windows
+from trainwatch.rules.stats import median_sorted, windows
 
 
 @dataclass(frozen=True)
@@ -46,6 +44,8 @@ class Evals:
     end: np.ndarray
     """Index (into the arrays above) of each evaluated window's last point."""
     window: int
+    every: int = 1
+    """Points between two evaluations (``end`` steps by it)."""
 
     @property
     def q(self) -> int:
@@ -61,17 +61,25 @@ class Evals:
         # the windows start in order: those before flat_from are a prefix
         cut = n if flat_from is None else int(first.searchsorted(flat_from))
         if mask is None and cut == n:
-            return quick_growth(self.values, first, self.end - (self.q - 1), self.q)
+            return self._growth_prefix(n)
         out = np.zeros(n)
         if mask is None:
             if cut:
-                out[:cut] = quick_growth(self.values, first[:cut], self.end[:cut] - (self.q - 1),
-                                         self.q)
+                out[:cut] = self._growth_prefix(cut)
             return out
         ks = np.flatnonzero(mask[:cut])
         if ks.shape[0]:
             out[ks] = quick_growth(self.values, first[ks], self.end[ks] - (self.q - 1), self.q)
         return out
+
+    def _growth_prefix(self, k: int) -> np.ndarray:
+        """The quick growth of the first k windows: their fifths start every ``every`` points,
+        so the blocks are strided views of the values (no gather)."""
+        if k == 0:
+            return np.empty(0)
+        e0 = int(self.end[0])
+        return _strided_growth(self.values, e0 - (self.window - 1), e0 - (self.q - 1),
+                               self.every, k, self.q)
 
     def window_at(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         e = int(self.end[k])
@@ -134,6 +142,17 @@ def quick_growth(values: np.ndarray, first: np.ndarray, last: np.ndarray, q: int
     return _ratio(med[:k], med[k:])
 
 
+def _strided_growth(values: np.ndarray, first0: int, last0: int, every: int, k: int, q: int
+                    ) -> np.ndarray:
+    """:func:`quick_growth` of k windows whose first and last blocks start at ``first0`` and
+    ``last0`` and every ``every`` points after: two strided views, copied and sorted at once."""
+    w = windows(values, q)
+    rows = np.concatenate((w[first0:first0 + every * k:every], w[last0:last0 + every * k:every]))
+    rows.sort(axis=1)
+    med = np.asarray(median_sorted(rows), dtype=np.float64)
+    return _ratio(med[:k], med[k:])
+
+
 def _ratio(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``b / a - 1`` where ``a > 0``; else inf where ``b > a``, 0 elsewhere."""
     if a.min() > 0:  # (the usual case: a memory or a step time)
@@ -144,24 +163,29 @@ def _ratio(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return np.where(a > 0, b / a - 1.0, np.where(b > a, np.inf, 0.0))
 
 
-def joint_growth(ev: Evals, other: Pushed) -> tuple[np.ndarray, np.ndarray] | None:
-    """``(span_growth(ev, other, ev.q, ...), ev.growth())`` in one pass, when ``other`` holds
-    the same records as ``ev`` in strictly increasing steps (memory logged with every step
-    time: the usual case): each window's span in ``other`` is then the same index range, and
-    both quick estimates take one sort. None otherwise."""
+def joint_candidates(ev: Evals, other: Pushed, other_bar: float, bar: float
+                     ) -> np.ndarray | None:
+    """``(span_growth(ev, other, ev.q, ...) >= other_bar) & (ev.growth() >= bar)``, when
+    ``other`` holds the same records as ``ev`` in strictly increasing steps (memory logged with
+    every step time: the usual case): each window's span in ``other`` is then the same index
+    range. ``ev``'s estimate first, from strided blocks; ``other``'s only where it passes (a flat
+    step time under a leak fails about half). None otherwise."""
     n, k, q = ev.values.shape[0], ev.end.shape[0], ev.q
     if other.values.shape[0] != n or k == 0 or not np.array_equal(other.pos, ev.pos):
         return None
     s = ev.steps
     if not bool((s[1:] > s[:-1]).all()):
         return None  # (a repeated step: the span by steps may start earlier)
-    first = ev.end - (ev.window - 1)
-    last = ev.end - (q - 1)
-    rows = windows(np.concatenate((other.values, ev.values)), q)[
-        np.concatenate((first, last, first + n, last + n))]
-    rows.sort(axis=1)
-    med = np.asarray(median_sorted(rows), dtype=np.float64)
-    return _ratio(med[:k], med[k:2 * k]), _ratio(med[2 * k:3 * k], med[3 * k:])
+    cand = ev.growth() >= bar
+    ks = np.flatnonzero(cand)
+    if ks.shape[0] == k:
+        e0 = int(ev.end[0])
+        g = _strided_growth(other.values, e0 - (ev.window - 1), e0 - (q - 1), ev.every, k, q)
+        cand &= g >= other_bar
+    elif ks.shape[0]:
+        end = ev.end[ks]
+        cand[ks] = quick_growth(other.values, end - (ev.window - 1), end - (q - 1), q) >= other_bar
+    return cand
 
 
 def flat_from(values: np.ndarray, bar: float, shortest: int = 0) -> int:
@@ -218,11 +242,18 @@ class Pushed:
         start += (-(start - first_c)) % every
         c = np.arange(start, self.c0 + m + 1, every)
         end = c - self.c0 - 1 + self.n_old
-        return Evals(self.steps, self.values, self.pos, self.times, end, window)
+        return Evals(self.steps, self.values, self.pos, self.times, end, window, every)
 
 
 _NO_INTS = np.empty(0, dtype=np.int64)
 _NO_FLOATS = np.empty(0)
+
+
+def _same_kinds(pts: Points) -> bool:
+    """Whether ``pts``' arrays have the dtypes a concatenation onto the carried (empty) arrays
+    gives: integer steps and positions, float values and times."""
+    return (pts.steps.dtype == _NO_INTS.dtype and pts.pos.dtype == _NO_INTS.dtype
+            and pts.values.dtype == _NO_FLOATS.dtype and pts.times.dtype == _NO_FLOATS.dtype)
 
 
 class TrendTrack:
@@ -272,7 +303,11 @@ class TrendTrack:
 
     def push(self, pts: Points) -> Pushed:
         n_old = self._v.shape[0]
-        if len(pts):
+        if len(pts) and not n_old and _same_kinds(pts):
+            # nothing carried (after a reset; a whole run read at once is one frame): the
+            # frame's arrays as they are, not copies (advance() keeps them too)
+            s, v, p, t = pts.steps, pts.values, pts.pos, pts.times
+        elif len(pts):
             s = np.concatenate([self._s, pts.steps])
             v = np.concatenate([self._v, pts.values])
             p = np.concatenate([self._p, pts.pos])
@@ -323,74 +358,3 @@ def span_trend(ev: Evals, k: int, other: Pushed, min_rho: float = -1.0
     x, y = span_window(ev, k, other)
     slope, rho, growth = trend_in_order(x, y, min_rho)
     return slope, rho, growth, x.shape[0]
-
-
-def best_step(y: np.ndarray, min_seg: int) -> tuple[int, float, float]:
-    """The single step that best explains ``y``: (split index, share of the variance the two
-    segments' means explain, share a straight line explains). Splits leave at least ``min_seg``
-    points on each side.
-
-    Both shares are taken on ``y`` clipped to its 10th-90th percentiles, so that one hiccup
-    (a step 3x longer) weighs like any other high point instead of passing for a step, while a
-    real step keeps its full height (values, not ranks: a short, tall step stays the best split).
-    A noise-free line gives the step 0.75 at the middle split (and 1.0 to the line); a
-    noise-free step in the middle gives the line 0.75.
-    """
-    n = y.shape[0]
-    if n < 2 * min_seg:
-        return n // 2, 0.0, 0.0
-    srt = np.sort(y)
-    yc = np.minimum(np.maximum(y, srt[n // 10]), srt[n - 1 - n // 10])  # (np.clip, for less)
-    yc = yc - yc.mean()
-    tot = float(np.dot(yc, yc))
-    if tot <= 0:
-        return n // 2, 0.0, 0.0
-    s, sizes, xc, sxx = _split_table(n, min_seg)
-    c = np.cumsum(yc)[min_seg - 1:n - min_seg]  # (at s - 1)
-    # the two segments' sums are c and -c (the values are centred): between-segment sum of
-    # squares of a split at s
-    between = c * c * n / sizes
-    k = int(np.argmax(between))
-    line = float(np.dot(xc, yc)) ** 2 / (sxx * tot)
-    return int(s[k]), float(between[k] / tot), line
-
-
-@lru_cache(maxsize=16)
-def _split_table(n: int, min_seg: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
-    """For :func:`best_step` on n points: the splits s, s (n - s), the centred index and its
-    sum of squares."""
-    s = np.arange(min_seg, n - min_seg + 1)
-    xc = np.arange(n) - (n - 1) * 0.5
-    return s, s * (n - s), xc, float(np.dot(xc, xc))
-
-
-LINE_VS_STEP = 0.9
-"""A line passes when it explains at least this fraction of what the best single step does: the
-step picks its split to fit the data, noise included, which a line cannot (on a 30-point window
-a noisy slow ramp's best step explains ~5-15 % more than its line; a real step's line ~25 % less)."""
-
-
-def steady_rise(x: np.ndarray, y: np.ndarray, min_late: float) -> tuple[bool, float]:
-    """Whether ``y`` (already rising against ``x``, points in order) rises steadily over the
-    window rather than in one step, and the late slope ratio (1.0 when the line wins outright).
-
-    Two ways to pass: a line explains ``y`` about as well as the best single step (see
-    :func:`best_step` and :data:`LINE_VS_STEP`; the points are taken as evenly spaced): a ramp;
-    or, when a step fits better, the part after it still rises at ``min_late`` or more of the
-    slope that step stands for. A ramp of slope b puts the two segments' medians b x (distance between their centres)
-    apart, whatever the split: that jump over that distance is the slope the step stands for,
-    and the part after the split keeps rising at it (ratio ~1; more when the ramp began inside
-    the window). A load that arrived is a step with a flat part after it (ratio ~0); a burst at
-    the end is the same. With fewer than a quarter of the window after the step its slope is
-    mostly noise: not steady (yet: a later window sees more of it).
-    """
-    n = y.shape[0]
-    split, share, line = best_step(y, max(3, n // 10))
-    if line >= LINE_VS_STEP * share:
-        return True, 1.0
-    jump = median(y[split:]) - median(y[:split])
-    dist = float(x[split:].mean() - x[:split].mean())
-    if not (jump > 0 and dist > 0):
-        return False, 0.0
-    late = theil_sen_in_order(x[split:], y[split:]) / (jump / dist)
-    return late >= min_late and n - split >= max(3, n // 4), late

@@ -6,8 +6,11 @@ rule ids.
 no memory is logged, or a ``graph_size`` series growing; and (c) by the console (see
 :mod:`trainwatch.rules.console`). ``memory_growth`` is memory rising steadily while the step time
 is flat, or rises only in a step or a burst (another process loading the machine: see
-:func:`~trainwatch.rules.growth.steady_rise`); if the step time ramps up steadily as well, the
+:func:`~trainwatch.rules.rise_shape.steady_rise`); if the step time ramps up steadily as well, the
 same evidence is reported as ``state_detach``.
+
+This module holds the analysis' state across frames and the order in which a frame's windows
+are judged; :mod:`trainwatch.rules.growth_alerts` judges one window and builds its alert.
 """
 
 from __future__ import annotations
@@ -18,34 +21,25 @@ from bisect import bisect_left
 
 import numpy as np
 
-from trainwatch.rules.base import Context, Frame, Hit, Points, Rule, fmt, make_hit, pct, r6
-from trainwatch.rules.episode import START, START_ESCALATED, Episode
+from trainwatch.rules.base import Context, Frame, Hit, Points, Rule
+from trainwatch.rules.episode import Episode
 from trainwatch.rules.growth import (
     Evals,
     Pushed,
     TrendTrack,
     WindowRho,
     flat_from,
-    joint_growth,
+    joint_candidates,
     span_growth,
-    span_trend,
-    span_window,
-    steady_rise,
+)
+from trainwatch.rules.growth_alerts import (
+    graph_hit,
+    memory_hit,
+    probe_hits,
+    trend_hit,
 )
 from trainwatch.rules.models import DetachConfig, MemoryConfig
-from trainwatch.rules.ordered_trend import trend_in_order
 
-DETACH_CAUSES = [
-    (("the recurrent hidden state (h, or (h, c) for an LSTM) is carried to the next sample or "
-     "chunk without .detach(), so every backward pass runs through the whole history"), 0.85),
-    ("retain_graph=True was added to silence 'backward through the graph a second time'", 0.4),
-]
-DETACH_FIXES = [
-    ("Detach the state at the start of each sample or TBPTT chunk: h = h.detach() "
-    "(LSTM: h, c = h.detach(), c.detach())"),
-    "Remove retain_graph=True: it only hides this bug",
-    "Accumulate running losses with loss.item(), not the tensor",
-]
 _EMPTY = Points("", np.empty(0, dtype=np.int64), np.empty(0), np.empty(0),
                 np.empty(0, dtype=np.int64))
 
@@ -139,11 +133,10 @@ class GrowthAnalysis:
         if det.enabled:
             events += [(h.pos, 0, "probe", i) for i, h in enumerate(probe_hits)]
             if ev_t.end.shape[0] and trend_live and not flat:
-                joint = joint_growth(ev_t, mp) if has_mem and self.fast else None
+                joint = joint_candidates(ev_t, mp, det.memory_min_growth / 2,
+                                         det.time_min_growth / 2) if has_mem and self.fast else None
                 if joint is not None:
-                    # both must rise (memory's windows in its flat tail cannot: see flat_from)
-                    cand = joint[0] >= det.memory_min_growth / 2
-                    cand &= joint[1] >= det.time_min_growth / 2
+                    cand = joint  # both must rise
                 elif has_mem:
                     # both must rise: the step time's estimate only where memory's passes
                     pre_m = span_growth(ev_t, mp, ev_t.q, 5, m_flat)
@@ -182,12 +175,12 @@ class GrowthAnalysis:
                 out["state_detach"].append(probe_hits[k])
                 self.detach_fired = True
             elif kind == "trend" and not (self.trend_fired or self.mem_fired):
-                hit = self._trend(frame, ev_t, mp if has_mem else None, k, t_rho.get(k))
+                hit = trend_hit(self.det, frame, ev_t, mp if has_mem else None, k, t_rho.get(k))
                 if hit is not None:
                     out["state_detach"].append(hit)
                     self.trend_fired = self.detach_fired = True
             elif kind == "graph" and ev_g is not None and not (self.trend_fired or self.mem_fired):
-                hit = self._graph(ev_g, k)
+                hit = graph_hit(self.det, ev_g, k)
                 if hit is not None:
                     out["state_detach"].append(hit)
                     self.trend_fired = self.detach_fired = True
@@ -220,7 +213,16 @@ class GrowthAnalysis:
             downs = np.flatnonzero(~mem_pre).tolist()
             m_pos = ev_m.pos[ev_m.end].tolist()
             cur = 0
-            for pos, _o, kind, k in [*sorted(events), (math.inf, 0, "", 0)]:
+            evs = [*sorted(events), (math.inf, 0, "", 0)]
+            for at, (pos, _o, kind, k) in enumerate(evs):
+                if self.detach_fired and (self.trend_fired or self.mem_fired):
+                    # settled: no memory window can change anything (memory_growth yields to
+                    # state_detach, which does not repeat), trend and graph windows are silent;
+                    # only the probe's hits are left
+                    for _p, _o2, kind2, k2 in evs[at:]:
+                        if kind2 == "probe":
+                            other(kind2, k2)
+                    break
                 while not self.detach_fired:  # the windows before this record (at it: after)
                     seq = downs if self.mem_active else ups
                     i = bisect_left(seq, cur)
@@ -249,7 +251,7 @@ class GrowthAnalysis:
         self.mem_active = True
         if self.detach_fired:
             return  # the same growth, already diagnosed as state_detach
-        hit, time_rising = self._memory(frame, ev_m, tp, k, m_trend)
+        hit, time_rising = memory_hit(mem, det, frame, ev_m, tp, k, m_trend)
         if time_rising and det.enabled and not self.trend_fired:
             out["state_detach"].append(hit)
             self.trend_fired = self.detach_fired = True
@@ -258,24 +260,9 @@ class GrowthAnalysis:
             self.mem_fired = True
 
     def _probe(self, frame: Frame) -> list[Hit]:
-        det = self.det
-        pts = next((frame.metric(n) for n in det.probe_metrics if frame.metric(n) is not None), None)
-        pts = _finite(pts)
-        if not len(pts):
-            return []
-        hits = []
-        for i, kind in self.probe.scan(pts.steps, pts.values >= 0.5):
-            if kind not in (START, START_ESCALATED):
-                continue
-            step = int(pts.steps[i])
-            hits.append(make_hit(
-                "state_detach", pos=int(pts.pos[i]), severity=det.probe_severity, step=step,
-                time=float(pts.times[i]), metric=pts.name,
-                message=f"The trainer's probe says the hidden state entering step {step} is still "
-                        "attached to the previous step's graph: it is not detached.",
-                evidence={"probe": pts.name, "value": r6(float(pts.values[i]))},
-                causes=[(DETACH_CAUSES[0][0], 0.95), DETACH_CAUSES[1]], fixes=DETACH_FIXES))
-        return hits
+        pts = next((frame.metric(n) for n in self.det.probe_metrics
+                    if frame.metric(n) is not None), None)
+        return probe_hits(self.det, self.probe, _finite(pts))
 
     def _graph_points(self, frame: Frame) -> Points | None:
         """The finite points of the first graph-size series the frame has."""
@@ -290,122 +277,6 @@ class GrowthAnalysis:
             return True
         mm = self.graph_track.minmax_from(graph, 1, math.inf)
         return mm is None or (mm[0] > 0 and mm[1] - mm[0] < self.det.graph_min_growth / 2 * mm[0])
-
-    def _trend(self, frame: Frame, ev_t: Evals, ev_dm: Pushed | None, k: int, rho: float
-               ) -> Hit | None:
-        """The hit for the step time rising in evaluation k (its Spearman ``rho``, known), if
-        it passes the bars."""
-        det = self.det
-        min_rho = det.time_min_rho if ev_dm is not None else det.time_only_rho
-        if rho < min_rho:
-            return None  # (trend() would skip the slope, and the bar below fail)
-        x_t, y_t = ev_t.window_at(k)
-        _slope, rho_t, g_t = trend_in_order(x_t, y_t, min_rho, rho)
-        # the bars first: most candidates fail them, and need no evidence
-        if ev_dm is not None:
-            if not (rho_t >= det.time_min_rho and g_t >= det.time_min_growth):
-                return None
-            _ms, rho_m, g_m, n_m = span_trend(ev_t, k, ev_dm, det.memory_min_rho)
-            if not (n_m >= 5 and rho_m >= det.memory_min_rho and g_m >= det.memory_min_growth):
-                return None
-        elif not (rho_t >= det.time_only_rho and g_t >= det.time_only_growth):
-            return None
-        e = int(ev_t.end[k])
-        span = int(ev_t.steps[e] - ev_t.steps[e - ev_t.window + 1])
-        evidence: dict[str, object] = {"window_points": ev_t.window, "steps": span,
-                                       "step_time_growth": r6(g_t), "step_time_rho": r6(rho_t)}
-        if not self._steady(x_t, y_t, evidence):
-            return None
-        if ev_dm is not None:
-            evidence.update({"memory_growth": r6(g_m), "memory_rho": r6(rho_m)})
-            message = (f"Step time and memory are rising together (+{pct(g_t)} and +{pct(g_m)} "
-                       f"over the last {span} steps): the recurrent state is probably not "
-                       "detached, so each backward pass runs through the whole history.")
-            causes = DETACH_CAUSES
-        else:
-            message = (f"Step time is rising steadily (+{pct(g_t)} over the last {span} steps, "
-                       f"Spearman {fmt(rho_t)}): each backward pass grows, as when the recurrent "
-                       "state is not detached between chunks.")
-            causes = [(DETACH_CAUSES[0][0], 0.6), DETACH_CAUSES[1],
-                      (("the work per step grows (longer sequences, a growing dataset or "
-                       "cache)"), 0.3)]
-        return make_hit("state_detach", pos=int(ev_t.pos[e]), severity=det.severity,
-                        step=int(ev_t.steps[e]), time=float(ev_t.times[e]),
-                        metric=frame.roles.get("step_time"), message=message, evidence=evidence,
-                        causes=causes, fixes=DETACH_FIXES)
-
-    def _steady(self, x: np.ndarray, y: np.ndarray, evidence: dict[str, object]) -> bool:
-        """:func:`steady_rise` of a rising step time, noted in the evidence."""
-        ok, late = steady_rise(x, y, self.det.time_min_late_slope)
-        evidence["step_time_steady"] = ok
-        evidence["step_time_late_slope"] = r6(late)
-        return ok
-
-    def _graph(self, ev_g: Evals, k: int) -> Hit | None:
-        det = self.det
-        _s, rho, g = ev_g.exact(k, det.graph_min_rho)
-        if not (rho >= det.graph_min_rho and g >= det.graph_min_growth):
-            return None
-        e = int(ev_g.end[k])
-        first = float(ev_g.values[e - ev_g.window + 1])
-        last = float(ev_g.values[e])
-        return make_hit(
-            "state_detach", pos=int(ev_g.pos[e]), severity=det.severity, step=int(ev_g.steps[e]),
-            time=float(ev_g.times[e]), metric=None,
-            message=f"The autograd graph grows every step ({fmt(first)} -> {fmt(last)} over "
-                    f"{ev_g.window} points): the state is not detached, so the graph spans the "
-                    "whole history.",
-            evidence={"graph_first": r6(first), "graph_last": r6(last), "growth": r6(g),
-                      "rho": r6(rho), "window_points": ev_g.window},
-            causes=[(DETACH_CAUSES[0][0], 0.9), DETACH_CAUSES[1]], fixes=DETACH_FIXES)
-
-    def _memory(self, frame: Frame, ev_m: Evals, ev_tl: Pushed, k: int,
-                m_trend: tuple[float, float, float]) -> tuple[Hit, bool]:
-        """The hit for memory rising in evaluation k (its exact ``m_trend``): state_detach when
-        the step time ramps up steadily with it, else memory_growth; and which."""
-        mem, det = self.mem, self.det
-        slope, rho, g = m_trend
-        x_t, y_t = span_window(ev_m, k, ev_tl)
-        n_t = x_t.shape[0]
-        _slope, rho_t, g_t = trend_in_order(x_t, y_t, det.time_min_rho)
-        e = int(ev_m.end[k])
-        x0 = float(ev_m.values[e - ev_m.window + 1])
-        span = int(ev_m.steps[e] - ev_m.steps[e - ev_m.window + 1])
-        evidence: dict[str, object] = {
-            "growth": r6(g), "rho": r6(rho), "slope_per_step": r6(slope), "first": r6(x0),
-            "last": r6(float(ev_m.values[e])), "steps": span,
-            "step_time_growth": r6(g_t) if n_t >= 5 and math.isfinite(g_t) else None}
-        # a step time that rose in a step or a burst (load from other processes) is not the
-        # detach ramp: the growth stays a memory leak
-        time_up = n_t >= 5 and rho_t >= det.time_min_rho and g_t >= det.time_min_growth
-        time_rising = time_up and self._steady(x_t, y_t, evidence)
-        pos, step, time = int(ev_m.pos[e]), int(ev_m.steps[e]), float(ev_m.times[e])
-        metric = frame.roles.get("memory")
-        if time_rising:
-            return make_hit(
-                "state_detach", pos=pos, severity=det.severity, step=step, time=time,
-                metric=metric,
-                message=f"Memory and step time are rising together (+{pct(g)} and +{pct(g_t)} "
-                        f"over the last {span} steps): the recurrent state is probably not "
-                        "detached, so each backward pass runs through the whole history.",
-                evidence=evidence, causes=DETACH_CAUSES, fixes=DETACH_FIXES), True
-        return make_hit(
-            "memory_growth", pos=pos, severity=mem.severity, step=step, time=time, metric=metric,
-            message=f"Memory has grown steadily by {pct(g)} over the last {span} steps "
-                    f"({fmt(x0)} -> {fmt(float(ev_m.values[e]))}, +{fmt(slope * 1000)} per 1k "
-                    "steps) while the step time "
-                    + ("rose only in a step or a burst, not steadily with it (another load on "
-                       "the machine?)." if time_up else "is flat."),
-            evidence=evidence,
-            causes=[(("a tensor kept with its graph across steps (e.g. total_loss += loss "
-                     "instead of loss.item())"), 0.7),
-                    ("a growing list of tensors kept on the device (outputs, predictions)", 0.5),
-                    ("a cache that grows (memoised tensors, recompilations for new shapes)", 0.3),
-                    ("allocator fragmentation from varying shapes", 0.2)],
-            fixes=["Accumulate metrics with loss.item() or loss.detach()",
-                   "Move kept outputs to the CPU (.cpu()) or keep only what you need",
-                   "Compare torch.cuda.memory_summary() at two steps to see what grows"]), False
-
 
 def _finite(pts: Points | None) -> Points:
     return _EMPTY if pts is None or not len(pts) else pts.finite()

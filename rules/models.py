@@ -280,7 +280,7 @@ class DetachConfig(RuleBase):
     """A rising step time counts only when it rises steadily: a line fits it about as well as
     the best single step, or the part after that step still rises at this fraction of the slope
     the step stands for (a ramp that began inside the window). After a load step or a burst the
-    step time is flat: ~0 there. See ``trainwatch.rules.growth.steady_rise``."""
+    step time is flat: ~0 there. See ``trainwatch.rules.rise_shape.steady_rise``."""
     time_only: bool = flag()
     """Without a memory series, step time alone rising steadily (stricter bars below)."""
     time_only_rho: float = num(gt=0, le=1)

@@ -17,6 +17,7 @@ began, until a record arrives while we watch.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 
 import numpy as np
 
@@ -28,11 +29,23 @@ from trainwatch.rules.stats import median
 _STARTS = ("run_start", "resume")
 
 
+def _without(gap: np.ndarray, end: int, skip: list[int], w: int) -> np.ndarray:
+    """``gap[:end]`` without the rows ``skip`` (sorted, all before ``end``), or at least its last
+    ``w`` values: a slice after the skipped rows when they allow (the usual case: only row 0, the
+    gap into the frame's first record, is skipped)."""
+    if not skip:
+        return gap[:end]
+    if skip[-1] == len(skip) - 1 or end - skip[-1] - 1 >= w:
+        return gap[skip[-1] + 1:end]
+    return np.delete(gap[:end], skip)
+
+
 class StalledStreamRule(Rule):
     id = "stalled_stream"
     fast = True
-    """Without an end event in the frame or carried, skip the general end/restart bookkeeping
-    (tests turn it off to compare)."""
+    """Without an end event in the frame or carried, skip the general end/restart bookkeeping;
+    when the invalid gaps are a few known rows (the usual case), no whole-frame masks (tests turn
+    it off to compare)."""
 
     def __init__(self, cfg: StreamConfig, ctx: Context) -> None:
         super().__init__(cfg, ctx)
@@ -73,55 +86,101 @@ class StalledStreamRule(Rule):
         gap = np.empty(n)
         gap[0] = t[0] - last
         np.subtract(t[1:], t[:-1], out=gap[1:])
-        valid = np.isfinite(gap) & (gap >= 0)
-        names = {ev.name for ev in frame.events}
+        cleared: list[int] = []  # rows whose gap is a restart, not a stall (see _ends)
+        ev_names = [ev.name for ev in frame.events]
+        names = set(ev_names)
         if self.finished or not self.fast or not names.isdisjoint(cfg.end_events):
-            self._ends(frame, valid)
+            self._ends(frame, cleared, ev_names)
         elif not names.isdisjoint(_STARTS):
             # no end event, none carried: a (re)start event is a restart, other events and
             # metric records leave the stream running
             rows = frame.rec_is_event.nonzero()[0].tolist()
             for row, ev in zip(rows, frame.events):
                 if ev.name in _STARTS:
-                    valid[row] = False
+                    cleared.append(row)
                     self.announced = True
+        # a gap counts when finite, >= 0 and not cleared. Usually every gap after the first is
+        # (their minimum is >= 0, not NaN; then only the last can be inf): the invalid rows are
+        # then a few known ones, and no whole-frame mask is built
+        if self.fast and (n == 1 or (float(gap[1:].min()) >= 0 and math.isfinite(gap[-1]))):
+            bad = set(cleared)
+            if not (gap[0] >= 0 and math.isfinite(gap[0])):
+                bad.add(0)
+            hits = self._stalls(frame, gap, last, sorted(bad))
+        else:
+            valid = np.isfinite(gap) & (gap >= 0)
+            valid[cleared] = False
+            hits = self._stalls_masked(frame, gap, last, valid)
+        self.last_time = float(t[-1])
+        self.last_step = int(frame.rec_steps[-1])
+        self.last_pos = int(frame.rec_pos[-1])
+        return hits
+
+    def _stalls(self, frame: Frame, gap: np.ndarray, last: float, bad: list[int]) -> list[Hit]:
+        """The gaps that fire, and the gap history moved on, when the invalid gaps are the rows
+        ``bad`` (sorted, few): :meth:`_stalls_masked` without the masks."""
+        cfg: StreamConfig = self.cfg
+        w, n = cfg.gap_window, gap.shape[0]
+        hits: list[Hit] = []
+        cand = np.flatnonzero(gap > cfg.min_seconds).tolist()
+        for i in cand:
+            if bad and i in bad:
+                continue
+            # the valid gaps before i: only the last gap_window count (see _limit)
+            seg = _without(gap, i, bad[:bisect_left(bad, i)], w)
+            before = seg[-w:] if seg.shape[0] >= w else np.concatenate((self.gaps, seg))
+            self._judge(frame, i, gap, last, before, hits)
+        keep = _without(gap, n, bad, w)
+        self.gaps = keep[-w:] if keep.shape[0] >= w else np.concatenate((self.gaps, keep))[-w:]
+        return hits
+
+    def _stalls_masked(self, frame: Frame, gap: np.ndarray, last: float, valid: np.ndarray
+                       ) -> list[Hit]:
+        """The gaps that fire (``valid`` ones over the limit), and the gap history moved on."""
+        cfg: StreamConfig = self.cfg
+        n = gap.shape[0]
         hits: list[Hit] = []
         cand = (valid & (gap > cfg.min_seconds)).nonzero()[0]
         if cand.shape[0]:
             vg = gap[valid]
             vidx = valid.nonzero()[0]
             for i in cand.tolist():
-                prev = last if i == 0 else float(t[i - 1])
-                before = np.concatenate([self.gaps, vg[vidx < i]])
-                lim, med = self._limit(before)
-                if gap[i] > lim and self.reported_for != prev:
-                    self.reported_for = prev
-                    step = int(frame.rec_steps[i - 1]) if i > 0 else self.last_step
-                    hits.append(self._hit(int(frame.rec_pos[i]), step, prev, float(gap[i]), lim,
-                                          med, ended=True))
+                self._judge(frame, i, gap, last, np.concatenate([self.gaps, vg[vidx < i]]), hits)
         keep = gap if np.count_nonzero(valid) == n else gap[valid]
         w = cfg.gap_window
         self.gaps = keep[-w:] if keep.shape[0] >= w else np.concatenate((self.gaps, keep))[-w:]
-        self.last_time = float(t[-1])
-        self.last_step = int(frame.rec_steps[-1])
-        self.last_pos = int(frame.rec_pos[-1])
         return hits
 
-    def _ends(self, frame: Frame, valid: np.ndarray) -> None:
+    def _judge(self, frame: Frame, i: int, gap: np.ndarray, last: float, before: np.ndarray,
+               hits: list[Hit]) -> None:
+        """Gap i (valid, over min_seconds) against the limit of the valid gaps ``before`` it."""
+        t = frame.rec_times
+        prev = last if i == 0 else float(t[i - 1])
+        lim, med = self._limit(before)
+        if gap[i] > lim and self.reported_for != prev:
+            self.reported_for = prev
+            step = int(frame.rec_steps[i - 1]) if i > 0 else self.last_step
+            hits.append(self._hit(int(frame.rec_pos[i]), step, prev, float(gap[i]), lim, med,
+                                  ended=True))
+
+    def _ends(self, frame: Frame, cleared: list[int], ev_names: list[str] | None = None
+              ) -> None:
         """Events that end or restart the stream: a gap after an end event (until the next metric
-        record or start event) or before a start event is not a stall. Clears those in
-        ``valid``; updates ``finished`` and ``announced``.
+        record or start event) or before a start event is not a stall. Appends those rows to
+        ``cleared`` (in order); updates ``finished`` and ``announced``.
 
         ``finished`` after a record is True after an end event, False after a metric record or a
         (re)start event, unchanged after other events (checkpoint, eval); the gap *into* a record
         is not a stall when ``finished`` held after the record before it. Only events change it
-        otherwise than to False, and a frame holds few of them: a walk over the events."""
+        otherwise than to False, and a frame holds few of them: a walk over the events
+        (``ev_names``: their names, if the caller has them)."""
         cfg: StreamConfig = self.cfg
-        n = valid.shape[0]
+        n = frame.rec_is_event.shape[0]
         fin = self.finished
         prev = -1
         rows = np.flatnonzero(frame.rec_is_event).tolist()
-        names = [ev.name for ev in frame.events[:len(rows)]]
+        names = (ev_names if ev_names is not None else [ev.name for ev in frame.events])
+        names = names[:len(rows)]
         names += [""] * (len(rows) - len(names))  # an event row without its event: another event
         i0 = 0
         if self.fast and not fin:
@@ -131,7 +190,7 @@ class StalledStreamRule(Rule):
                 if name in cfg.end_events:
                     break
                 if name in _STARTS:
-                    valid[rows[i0]] = False
+                    cleared.append(rows[i0])
                     self.announced = True
                 i0 += 1
             if i0:
@@ -140,20 +199,21 @@ class StalledStreamRule(Rule):
         for row, name in zip(rows, names):
             if row > prev + 1:  # metric records in between: the first one ends a finished run
                 if fin:
-                    valid[prev + 1] = False
+                    cleared.append(prev + 1)
                 fin = False
             elif fin:
-                valid[row] = False
+                cleared.append(row)
             if name in cfg.end_events:
                 fin = True
             elif name in _STARTS:
-                valid[row] = False
+                if not (cleared and cleared[-1] == row):
+                    cleared.append(row)
                 fin = False
                 self.announced = True
             prev = row
         if prev + 1 < n:
             if fin:
-                valid[prev + 1] = False
+                cleared.append(prev + 1)
             fin = False
         self.finished = fin
 

@@ -12,17 +12,17 @@ import numpy as np
 import pytest
 from test_rules_data import clean, engine_alerts, idx, of, parse_all, parse_live, to_jsonl
 
-from trainwatch.rules import ConfigError, RuleEngine, load_rules_config, memory
+from trainwatch.rules import ConfigError, RuleEngine, growth_alerts, load_rules_config, memory
 from trainwatch.rules.base import Points
 from trainwatch.rules.growth import (
     TrendTrack,
     WindowRho,
-    best_step,
     flat_from,
-    joint_growth,
+    joint_candidates,
+    quick_growth,
     span_growth,
-    steady_rise,
 )
+from trainwatch.rules.rise_shape import LINE_VS_STEP, best_step, steady_rise
 from trainwatch.rules.stats import spearman, theil_sen
 
 SEEDS = range(6)
@@ -117,6 +117,38 @@ def test_steady_rise_tells_a_ramp_from_a_step(n: int, kind: str, steady: bool) -
     assert gated >= len(SEEDS) // 2  # each shape does rise past the bars
 
 
+def _steady_rise_plain(x: np.ndarray, y: np.ndarray, min_late: float) -> tuple[bool, float]:
+    """:func:`steady_rise` in plain numpy (medians and means of arrays, the general Theil-Sen)."""
+    n = y.shape[0]
+    split, share, line = best_step(y, max(3, n // 10))
+    if line >= LINE_VS_STEP * share:
+        return True, 1.0
+    jump = float(np.median(y[split:]) - np.median(y[:split]))
+    dist = float(x[split:].mean() - x[:split].mean())
+    if not (jump > 0 and dist > 0):
+        return False, 0.0
+    late = theil_sen(x[split:], y[split:]) / (jump / dist)
+    return late >= min_late and n - split >= max(3, n // 4), late
+
+
+@pytest.mark.parametrize("n", [30, 31, 200])
+def test_steady_rise_is_bit_identical_to_its_plain_arithmetic(n: int) -> None:
+    # the medians and means on Python numbers: the same numbers, to the bit, on integer steps
+    # (evenly spaced or not, large or small)
+    seen_late = 0
+    for seed in range(40):
+        kind = ("ramp", "hinge", "step", "burst")[seed % 4]
+        x, y = _shape(kind, n, seed)
+        if seed % 3 == 1:
+            x = np.cumsum(np.random.default_rng(seed).integers(1, 9, n)).astype(np.float64)
+        elif seed % 3 == 2:
+            x = x + 7_000_000_000.0
+        got = steady_rise(x, y, 0.5)
+        assert got == _steady_rise_plain(x, y, 0.5), (kind, seed)
+        seen_late += got[1] != 1.0
+    assert seen_late >= 10  # the late-slope branch is reached
+
+
 # --------------------------------------------------------------------------- the rules
 def test_late_slope_config() -> None:
     assert load_rules_config().rules["state_detach"].time_min_late_slope == 0.5
@@ -155,7 +187,7 @@ def _judged_as_memory_growth(run: dict, monkeypatch: pytest.MonkeyPatch) -> None
     if mem[0].evidence.get("step_time_steady") is False:
         assert "not steadily" in mem[0].message
     with monkeypatch.context() as m:
-        m.setattr(memory, "steady_rise", lambda x, y, min_late: (True, 1.0))
+        m.setattr(growth_alerts, "steady_rise", lambda x, y, min_late: (True, 1.0))
         _, mem, detach = _growth_alerts(run)
     assert mem == [] and len(detach) == 1
 
@@ -348,24 +380,46 @@ def _pushed(seed: int, n: int, rise_at: int) -> tuple[Points, Points]:
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_joint_growth_is_span_growth_and_growth(seed: int) -> None:
-    # memory logged in every step-time record: the joint pass gives both quick estimates of
-    # every window, bit for bit; otherwise it declines
+def test_joint_candidates_are_span_growth_and_growth(seed: int) -> None:
+    # memory logged in every step-time record: the joint pass picks the windows where both quick
+    # estimates pass their bars, as the two separate passes do; otherwise it declines
     t, m = _pushed(seed, 700, 300)
     tt, mt = TrendTrack(200), TrendTrack(200)
     for cut in (slice(0, 250), slice(250, 251), slice(251, 700)):
         tp, mp = tt.push(t.take(cut)), mt.push(m.take(cut))
         ev = tp.evals(30, 5, 10)
-        got = joint_growth(ev, mp)
-        if not ev.end.shape[0]:
-            assert got is None
-            continue
-        assert got is not None
-        assert got[0].tolist() == span_growth(ev, mp, ev.q, 5).tolist()
-        assert got[1].tolist() == ev.growth().tolist()
+        for bars in ((0.005, 0.015), (0.0, 0.0), (0.005, -1.0), (1.0, 1.0)):
+            got = joint_candidates(ev, mp, *bars)
+            if not ev.end.shape[0]:
+                assert got is None
+                continue
+            assert got is not None
+            want = (span_growth(ev, mp, ev.q, 5) >= bars[0]) & (ev.growth() >= bars[1])
+            assert got.tolist() == want.tolist()
     sparse = m.take(np.arange(0, 700, 2))
     tp, mp = TrendTrack(200).push(t), TrendTrack(200).push(sparse)
-    assert joint_growth(tp.evals(30, 5, 10), mp) is None
+    assert joint_candidates(tp.evals(30, 5, 10), mp, 0.005, 0.015) is None
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_strided_growth_is_the_gathered_one(seed: int) -> None:
+    # Evals.growth reads the windows' fifths as strided views: the same numbers as gathering
+    # them by index (quick_growth), with and without a flat tail cutting the windows short
+    t, _m = _pushed(seed, 900, 200)
+    track = TrendTrack(200)
+    for cut in (slice(0, 333), slice(333, 334), slice(334, 900)):
+        pushed = track.push(t.take(cut))
+        for window, every, warmup in ((30, 5, 10), (200, 10, 50), (10, 1, 0)):
+            ev = pushed.evals(window, every, warmup)
+            q, first = ev.q, ev.end - (window - 1)
+            assert (first >= 0).all()
+            want = quick_growth(ev.values, first, ev.end - (q - 1), q)
+            assert ev.growth().tolist() == want.tolist()
+            if ev.end.shape[0] > 2:
+                flat = int(first[ev.end.shape[0] // 2])
+                half = ev.growth(flat)
+                k = int(first.searchsorted(flat))
+                assert half[:k].tolist() == want[:k].tolist() and not half[k:].any()
 
 
 def _interleaved(seed: int) -> bytes:

@@ -1,8 +1,10 @@
 """``stalled_stream``'s end/restart bookkeeping (``_ends``) against its definition, record by
-record, on random frames of metric records and events."""
+record, on random frames of metric records and events; and its quick path (the few invalid gaps
+as a list of rows) against the masked one."""
 
 from __future__ import annotations
 
+import itertools
 from types import SimpleNamespace
 
 import numpy as np
@@ -55,6 +57,59 @@ def test_ends_follows_its_definition(seed: int) -> None:
         want_fin, want_ann = _reference(finished, is_event, names, want)
         rule = StalledStreamRule(CFG, Context())
         rule.finished = finished
-        rule._ends(frame, valid)  # type: ignore[arg-type]
+        cleared: list[int] = []
+        rule._ends(frame, cleared)  # type: ignore[arg-type]
+        assert cleared == sorted(set(cleared))
+        valid[cleared] = False
         assert valid.tolist() == want.tolist()
         assert (rule.finished, rule.announced) == (want_fin, want_ann)
+
+
+def _frames(rng: np.random.Generator) -> list[SimpleNamespace]:
+    """A stream cut into frames: regular gaps with stalls, a few events (ends, starts, others),
+    now and then a clock that steps back, a NaN or an inf time."""
+    kinds = [*CFG.end_events, *_STARTS, "eval"]
+    n = int(rng.integers(1, 400))
+    gaps = rng.choice([1.0, 2.0, 3.0], n) + rng.random(n)
+    gaps[rng.random(n) < 0.03] = rng.choice([70.0, 200.0, 900.0])
+    t = 1000.0 + np.cumsum(gaps)
+    odd = rng.random()
+    if odd < 0.15:
+        t[int(rng.integers(0, n))] -= 50.0
+    elif odd < 0.25:
+        t[int(rng.integers(0, n))] = np.nan
+    elif odd < 0.3:
+        t[-1] = np.inf
+    is_event = rng.random(n) < rng.choice([0.0, 0.01, 0.05])
+    if rng.random() < 0.5:
+        is_event[0] = True
+    names = [str(rng.choice(kinds)) for _ in range(int(is_event.sum()))]
+    cuts = sorted({0, n, *rng.integers(0, n, int(rng.integers(0, 4))).tolist()})
+    out = []
+    ev_rows = np.flatnonzero(is_event)
+    for a, b in itertools.pairwise(cuts):
+        lo, hi = int(ev_rows.searchsorted(a)), int(ev_rows.searchsorted(b))
+        out.append(SimpleNamespace(
+            rec_times=t[a:b], rec_steps=np.arange(a, b) * 10, rec_pos=np.arange(a, b) * 3,
+            rec_is_event=is_event[a:b], events=tuple(SimpleNamespace(name=x) for x in names[lo:hi])))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_quick_path_matches_the_masked_one(seed: int) -> None:
+    # the same hits and the same gap history, frame after frame
+    rng = np.random.default_rng([seed, 11])
+    fired = 0
+    for _ in range(300):
+        frames = _frames(rng)
+        rules = [StalledStreamRule(CFG, Context()) for _ in range(2)]
+        rules[1].fast = False
+        for frame in frames:
+            got = [[(h.alert.step, h.alert.message, sorted(h.alert.evidence.items()))
+                    for h in r.update(frame)] for r in rules]  # type: ignore[arg-type]
+            assert got[0] == got[1]
+            assert rules[0].gaps.tolist() == rules[1].gaps.tolist()
+            assert (rules[0].finished, rules[0].announced) == (rules[1].finished,
+                                                               rules[1].announced)
+            fired += len(got[0])
+    assert fired >= 50
