@@ -6,12 +6,15 @@ It ends, and the rule re-arms, after ``rearm`` consecutive normal points. Anomal
 during the cooldown are ignored (they neither fire nor start an episode).
 
 The same object serves point-by-point callers (:meth:`hit`, :meth:`normal`) and vectorised ones
-(:meth:`scan` over a mask, :meth:`run` over a run of anomalous points): a run is handled in a few
-array operations however long it is, so a permanent fault costs nothing per point.
+(:meth:`scan` over a mask, :meth:`run` over a run of anomalous points): a run is decided by a
+few scans that stop where they find their point, however long it is, so a permanent fault costs
+nearly nothing per point. A caller that holds the run's flags as a Python list already (a spike
+detector's short runs) calls :meth:`run_list`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,6 +23,8 @@ START = "start"
 ESCALATE = "escalate"
 START_ESCALATED = "start_escalated"
 """An episode whose first point already escalates it (severe at once): one alert, an error."""
+_FEW = 16
+"""Longest run whose cooldown is scanned point by point (past it, one array test)."""
 
 
 @dataclass
@@ -59,7 +64,7 @@ class Episode:
 
     def hit(self, step: int, severe: bool = False) -> str | None:
         """One anomalous point. Returns START, ESCALATE, START_ESCALATED or None."""
-        out = self._one(int(step), bool(severe))
+        out = self.run_list([int(step)], [bool(severe)])
         return out[-1][1] if out else None
 
     def run(self, steps: np.ndarray, severe: np.ndarray | None = None) -> list[tuple[int, str]]:
@@ -68,46 +73,31 @@ class Episode:
         A start that escalates on the same point is returned once, as START_ESCALATED.
         """
         n = int(steps.shape[0])
+        return self.run_list(steps if n > _FEW else steps.tolist(),
+                             [False] * n if severe is None else severe[:n].tolist())
+
+    def run_list(self, steps: Sequence[int] | np.ndarray, severe: list[bool]
+                 ) -> list[tuple[int, str]]:
+        """:meth:`run` with the severe flags as a Python list: the same decisions as feeding the
+        points one by one to :meth:`hit`, each scan stopping at the point it looks for (the first
+        outside the cooldown, ``list.index`` for the first severe point)."""
+        n = len(severe)
+        out: list[tuple[int, str]] = []
         if n == 0:
-            return []
-        if n == 1:  # most runs are one point: Python numbers, not six array operations
-            return self._one(int(steps[0]), severe is not None and bool(severe[0]))
-        return self._run_arrays(steps, severe)
-
-    def _one(self, step: int, severe: bool) -> list[tuple[int, str]]:
-        """:meth:`run` for a single point (the same decisions, on Python numbers)."""
-        out: list[tuple[int, str]] = []
-        if not self.active:
-            if not self._may_start(step) and self.cooldown > 0:
-                return out
-            self.active = True
-            self.count = 0
-            self.escalated = False
-            self.last_start = step
-            out.append((0, START))
-        self.quiet = 0
-        if not self.escalated and (severe or 0 < self.persist <= self.count + 1):
-            self.escalated = True
-            if out:
-                out[-1] = (0, START_ESCALATED)
-            else:
-                out.append((0, ESCALATE))
-        self.count += 1
-        return out
-
-    def _run_arrays(self, steps: np.ndarray, severe: np.ndarray | None) -> list[tuple[int, str]]:
-        """:meth:`run` for any number of points, in a few array operations."""
-        n = int(steps.shape[0])
-        out: list[tuple[int, str]] = []
+            return out
         k = 0
         if not self.active:
-            if self.last_start is None or self.cooldown <= 0:
-                k = 0
-            else:
-                ok = steps - self.last_start >= self.cooldown
-                if not ok.any():
-                    return []
-                k = int(np.argmax(ok))
+            if self.last_start is not None and self.cooldown > 0:
+                first, cd = self.last_start, self.cooldown
+                if n > _FEW:  # (a long run may sit in the cooldown: one array test)
+                    st = np.asarray(steps[:n])
+                    k = int(np.argmax(st - first >= cd))
+                    k = k if st[k] - first >= cd else n
+                else:
+                    while k < n and steps[k] - first < cd:
+                        k += 1
+                if k == n:
+                    return out
             self.active = True
             self.count = 0
             self.escalated = False
@@ -115,17 +105,12 @@ class Episode:
             out.append((k, START))
         self.quiet = 0
         if not self.escalated:
-            cands = []
+            i = n  # the escalating point: the persist bar's or the first severe one, if sooner
             if self.persist > 0:
-                i_p = k + max(self.persist - self.count - 1, 0)
-                if i_p < n:
-                    cands.append(i_p)
-            if severe is not None:
-                sv = np.flatnonzero(severe[k:])
-                if sv.shape[0]:
-                    cands.append(k + int(sv[0]))
-            if cands:
-                i = min(cands)
+                i = min(n, k + max(self.persist - self.count - 1, 0))
+            if True in severe[k:i]:
+                i = severe.index(True, k, i)
+            if i < n:
                 self.escalated = True
                 if out and out[-1][0] == i:
                     out[-1] = (i, START_ESCALATED)

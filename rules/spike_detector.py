@@ -28,7 +28,7 @@ compare against.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -44,11 +44,18 @@ _POINTWISE = 8
 _RUN_HEAD = 16
 """Points of an anomalous run looked at one by one before the rest is tested as an array."""
 _NO_INDEX = np.empty(0, dtype=np.int64)
+_NONE = np.empty(0)
+"""The empty ring, window and block history of a fresh baseline: one read-only array shared by
+every detector (three per run), as the state is replaced, never written in place."""
+_NONE.flags.writeable = False
+_NO_INDEX.flags.writeable = False
 
 
-@dataclass(frozen=True)
-class SpikeEvent:
-    """An anomalous point that starts or escalates an episode: what the alert reports."""
+class SpikeEvent(NamedTuple):
+    """An anomalous point that starts or escalates an episode: what the alert reports.
+
+    An immutable value (a named tuple: a third of a frozen dataclass's cost to build, and
+    ``_replace`` for a copy with other fields)."""
 
     index: int
     """Index of the point in the values passed to :meth:`SpikeDetector.update`."""
@@ -94,7 +101,7 @@ class SpikeDetector:
 
     # ------------------------------------------------------------------ state
     def _reset_baseline(self) -> None:
-        self.ring = np.empty(0)
+        self.ring = _NONE
         """The last ``window`` accepted values (with ``_tail`` after them)."""
         self._tail: list[float] = []
         """Values accepted point by point since ``ring`` was last brought up to date."""
@@ -103,12 +110,12 @@ class SpikeDetector:
         self.ok = False
         """Whether the baseline is warm (``min_points`` accepted)."""
         self.med = math.nan
-        self.win = np.empty(0)
+        self.win = _NONE
         """The sorted window the current median (and MAD) were taken from."""
         self._mad: float | None = None
         self.blk_e = 0.0
         """Largest relative deviation among accepted points since the last refresh."""
-        self.e_hist = np.empty(0)
+        self.e_hist = _NONE
         """Largest relative deviation of each of the last refresh blocks."""
         self.emax = 0.0
         """The tail guard's reference: the largest of ``e_hist``."""
@@ -198,8 +205,7 @@ class SpikeDetector:
         if cfg.early_max_fires and severe:
             anomalous = True
         if anomalous:
-            self._flag_run_of(np.asarray([x]), np.asarray([step]), np.asarray([severe]), i,
-                              events, flagged)
+            self._flag_run_of(np.asarray([x]), np.asarray([step]), [severe], i, events, flagged)
             return
         # accepted
         self._tail.append(x)
@@ -222,24 +228,23 @@ class SpikeDetector:
         self.episode.normal(1)
         self.flag_run = 0
 
-    def _flag_run_of(self, x: np.ndarray, steps: np.ndarray, severe: np.ndarray, base: int,
+    def _flag_run_of(self, x: np.ndarray, steps: np.ndarray, severe: list[bool], base: int,
                      events: list[SpikeEvent], flagged: list[np.ndarray]) -> int:
-        """Consecutive anomalous points (against the current, fixed baseline). Returns how many
-        were taken (fewer than given when the run reaches ``rebase_points``)."""
-        r = int(x.shape[0])
+        """Consecutive anomalous points (against the current, fixed baseline), with their severe
+        flags as a Python list (the episode decides on it without array operations). Returns how
+        many were taken (fewer than given when the run reaches ``rebase_points``)."""
+        r = len(severe)
         rebase = False
         if self.flag_run + r >= self.cfg.rebase_points:
             r = self.cfg.rebase_points - self.flag_run
             rebase = True
-        for k, kind in self.episode.run(steps[:r], severe[:r]):
+            steps, severe = steps[:r], severe[:r]
+        for k, kind in self.episode.run_list(steps, severe):
             xv = float(x[k])
             med, mad = (self.med, self.mad) if self.ok else (math.nan, math.nan)
             z = (xv - med) / self._scale(med, mad) if self.ok else math.nan
-            events.append(SpikeEvent(
-                index=base + k, kind=kind, value=xv, median=med, mad=mad, z=z,
-                early_max=self.early_max, severe=bool(severe[k]),
-                episode_points=self.episode.count - (r - 1 - k),
-            ))
+            events.append(SpikeEvent(base + k, kind, xv, med, mad, z, self.early_max, severe[k],
+                                     self.episode.count - (r - 1 - k)))
         flagged.append(np.arange(base, base + r, dtype=np.int64))
         self.flag_run += r
         if rebase:
@@ -251,20 +256,24 @@ class SpikeDetector:
         """Anomalous mask (and severe mask) of ``x`` against the current baseline."""
         cfg = self.cfg
         severe = x >= self._early_thr()
-        anom = np.zeros(x.shape[0], dtype=bool)
+        anom = None
         if self.ok:
-            den = abs(self.med) or 1.0
-            e = (x - self.med) / den
-            cand = (e >= self.r1) & (e >= cfg.tail_guard * self.emax)
+            d = x - self.med
+            # (both bars at once: e >= a and e >= b is e >= max(a, b), e being finite)
+            cand = d / (abs(self.med) or 1.0) >= max(self.r1, cfg.tail_guard * self.emax)
             if cand.any():
-                anom = cand & ((x - self.med) / self._scale(self.med, self.mad) >= cfg.z_threshold)
-                # no point of the run is accepted: the recent level is fixed too
-                anom &= self._jumps(x, self._recent(), self.med)
+                cand &= d / self._scale(self.med, self.mad) >= cfg.z_threshold
+                # no point of the run is accepted: the recent level is fixed too (_jumps, with
+                # the excess over the median already taken)
+                cand &= x - self._recent() >= cfg.jump_share * d
+                anom = cand
         if cfg.early_max_fires:
-            anom |= severe
+            anom = severe.copy() if anom is None else anom | severe
+        elif anom is None:
+            anom = np.zeros(x.shape[0], dtype=bool)
         return anom, severe
 
-    def _anomalous_run(self, x: np.ndarray) -> tuple[int, np.ndarray]:
+    def _anomalous_run(self, x: np.ndarray) -> tuple[int, list[bool]]:
         """The run of anomalous points that starts at ``x[0]``, against the current baseline:
         its length (at least 1: ``x[0]`` is anomalous by construction; never stall on a rounding
         doubt) and severe mask. A run is usually a point or a few, while ``x`` may be the
@@ -278,10 +287,10 @@ class SpikeDetector:
             if not r:
                 severe = [head[0] >= self._early_thr()]
                 r = 1
-            return r, np.array(severe)
+            return r, severe
         anom, sev = self._anomalous_fixed(x[r:])
         more = n - r if anom.all() else int(anom.argmin())
-        return r + more, np.concatenate((severe, sev[:more]))
+        return r + more, severe + sev[:more].tolist()
 
     def _run_head(self, xs: list[float]) -> list[bool]:
         """Severe flags of the leading anomalous points of ``xs`` against the current baseline:
@@ -292,6 +301,7 @@ class SpikeDetector:
         fires = cfg.early_max_fires
         ok = self.ok
         med, den, bar = self.med, abs(self.med) or 1.0, cfg.tail_guard * self.emax
+        r1, zt, js = self.r1, cfg.z_threshold, cfg.jump_share
         sc = recent = 0.0
         out: list[bool] = []
         for v in xs:
@@ -299,10 +309,11 @@ class SpikeDetector:
             anom = False
             if ok:
                 e = (v - med) / den
-                if e >= self.r1 and e >= bar:
+                if e >= r1 and e >= bar:
                     if not sc:  # not yet known (a scale is > 0): the MAD and recent level are lazy
                         sc, recent = self._scale(med, self.mad), self._recent()
-                    anom = (v - med) / sc >= cfg.z_threshold and bool(self._jumps(v, recent, med))
+                    # (:meth:`_jumps`, written out: a method call per point costs more than it)
+                    anom = (v - med) / sc >= zt and v - recent >= js * (v - med)
             if not (anom or (fires and severe)):
                 break
             out.append(severe)
@@ -332,8 +343,7 @@ class SpikeDetector:
         self.early_n, self.early_max = outcome.early_n, outcome.early_max
         if outcome.baseline is not None:
             self.ok = True
-            self.win, self.med = outcome.baseline
-            self._mad = None
+            self.win, self.med, self._mad = outcome.baseline
         self.e_hist, self.emax, self.blk_e = outcome.e_hist, outcome.emax, outcome.blk_e
         if outcome.accepted:
             self.episode.normal(outcome.accepted)

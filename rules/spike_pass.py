@@ -28,7 +28,7 @@ them with the same expressions and agree to the bit.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -37,6 +37,7 @@ import numpy as np
 from trainwatch.rules.stats import (
     mad_sorted,
     median_sorted,
+    min_max,
     sliding_max,
     small_median,
     strided_windows,
@@ -47,6 +48,11 @@ if TYPE_CHECKING:  # the detector imports this module: a run-time import would b
     from trainwatch.rules.spike_detector import SpikeDetector
 
 _EMPTY = np.empty(0)
+_FEW_JUMPS = 8
+"""Points of a row given the jump test one by one before the rest are tested together, as
+arrays when there are more than this many of them (see _first_in_row)."""
+_FEW_ROWS = 8
+"""Up to this many rows reaching ``r1``, their bars are taken one by one (see _row_bar)."""
 _EMPTY_ROWS = np.empty((0, 0))
 
 
@@ -65,9 +71,11 @@ class PassOutcome:
     """Accepted points since the baseline (re)started."""
     early_n: int
     early_max: float
-    baseline: tuple[np.ndarray, float] | None
-    """Sorted window and median of the last refresh boundary reached with ``min_points`` behind
-    it; ``None`` when the pass reached no such boundary (the baseline stays)."""
+    baseline: tuple[np.ndarray, float, float | None] | None
+    """Sorted window, median and MAD (``None``: not taken yet) of the last refresh boundary
+    reached with ``min_points`` behind it; ``None`` when the pass reached no such boundary (the
+    baseline stays). The pass that ends at a spike has taken the MAD of the spike's baseline to
+    test it: the alert reads it again."""
     e_hist: np.ndarray
     """Largest relative deviation of each of the last ``tail_window`` refresh blocks."""
     emax: float
@@ -123,6 +131,15 @@ def optimistic_pass(det: SpikeDetector, x: np.ndarray) -> PassOutcome:
     def win(g: int) -> np.ndarray:
         return partial[g] if g < g0 else rows[g - g0]
 
+    mads: dict[int, float] = {}
+
+    def mad(g: int) -> float:
+        """The MAD of boundary ``g``'s window (taken once: see ``PassOutcome.baseline``)."""
+        v = mads.get(g)
+        if v is None:
+            v = mads[g] = mad_sorted(win(g), meds[g])
+        return v
+
     med_r = med_all[:n_rows]
     n_bad = 0 if det.ok else min(n_rows, g_ok + 1)
     """Leading rows without a warm baseline (their deviations count as 0): their medians are
@@ -139,6 +156,8 @@ def optimistic_pass(det: SpikeDetector, x: np.ndarray) -> PassOutcome:
     up -= med_r
     up /= den
     track = det.track_tail
+    bm = _EMPTY
+    """Each boundary's block maximum of the deviations (the tail guard's; only when it is on)."""
     if track:
         dev = np.minimum.reduceat(x, rs)
         np.subtract(med_r, dev, out=dev)
@@ -155,22 +174,24 @@ def optimistic_pass(det: SpikeDetector, x: np.ndarray) -> PassOutcome:
     head_max = float(np.maximum.reduce(x[:need])) if need and m else -math.inf
     early_max = max(det.early_max, head_max)
     jstar = m
-    E = None
+    r1 = det.r1
     # every bar is at least r1: below it nowhere (the common case), no point is a candidate
-    # and the tail bars of the rows need not be known
+    # and the tail bars of the rows need not be known; above it, the bars of the rows that
+    # reach r1 are taken one by one (on Python floats: see _row_bar) up to the first candidate
     # (fmax: the NaN deviations of rows without a baseline are skipped)
-    if np.fmax.reduce(up) >= det.r1:
-        if track:
-            E = sliding_max(det.e_hist, bm, det.Lb) if nb_all else _EMPTY
-            thr = np.empty(n_rows)
-            thr[0] = det.emax
-            thr[1:] = E[: n_rows - 1]
-            thr = np.maximum(det.r1, cfg.tail_guard * thr)
+    if np.fmax.reduce(up) >= r1:
+        over = (up >= r1).nonzero()[0]
+        if track and over.shape[0] > _FEW_ROWS:  # (a climb): every row's bar in one go
+            thr = _row_bars(det, bm, n_rows)
+            c = over[up[over] >= thr[over]]
+            cands = zip(c.tolist(), thr[c].tolist())
         else:
-            thr = np.full(n_rows, det.r1)
-        cand = (up >= thr).nonzero()[0]
-        if cand.shape[0]:
-            jstar = _first_spike(det, x, A, R, off, cand, med_r, den, thr, meds, win)
+            blocks = det.e_hist.tolist() + bm.tolist() if track else []
+            cands = _candidates(det, over.tolist(), up[over].tolist(), blocks)
+        first = next(cands, None)
+        if first is not None:
+            jstar = _first_spike(det, x, A, R, off, first, cands, med_r, den, meds, mad,
+                                 lambda: _row_bars(det, bm, n_rows))
     if cfg.early_max_fires and early_max > 0 and need < jstar:
         bar = cfg.early_max_ratio * early_max
         j = need + int((x[need:jstar] >= bar).argmax())
@@ -191,13 +212,13 @@ def optimistic_pass(det: SpikeDetector, x: np.ndarray) -> PassOutcome:
     if nr:
         g = nr - 1
         if g >= g_ok:
-            baseline = (win(g), float(meds[g]))
+            baseline = (win(g), float(meds[g]), mads.get(g))
         if track:
             e_hist = (np.concatenate((det.e_hist, bm[:nr])) if det.e_hist.shape[0]
                       else bm[:nr])[-det.Lb:]  # (dev is this pass's own: a view is safe)
             # the bar of the last boundary: the largest of the last Lb block maxima (>= 0);
             # (a Python max: e_hist holds a few dozen values at most)
-            emax = float(E[g]) if E is not None else max(e_hist.tolist())
+            emax = max(e_hist.tolist())
             blk_e = _dev(x, off + g * K, jstar, g + 1, med_r, den, dev, n_bad)
     elif jstar and track:
         blk_e = max(det.blk_e, _dev(x, 0, jstar, 0, med_r, den, dev, n_bad))
@@ -206,6 +227,41 @@ def optimistic_pass(det: SpikeDetector, x: np.ndarray) -> PassOutcome:
         early_n=early_n, early_max=new_early_max, baseline=baseline,
         e_hist=e_hist, emax=emax, blk_e=blk_e,
     )
+
+
+def _candidates(det: SpikeDetector, over: list[int], ups: list[float],
+                blocks: list[float]) -> Iterator[tuple[int, float]]:
+    """The candidate rows and their bars, in order, among the rows ``over`` whose largest
+    deviation (``ups``) reaches ``r1``: each bar taken when the search reaches its row."""
+    for r, u in zip(over, ups):
+        t = _row_bar(det, blocks, r)
+        if u >= t:
+            yield r, t
+
+
+def _row_bar(det: SpikeDetector, blocks: list[float], r: int) -> float:
+    """Row ``r``'s bar: ``r1``, or ``tail_guard`` times the largest of the last ``Lb`` block
+    maxima before it (row 0: the detector's ``emax``; row ``r``: those up to boundary ``r - 1``),
+    the element of :func:`_row_bars` in the same IEEE operations. ``blocks`` holds the
+    detector's block maxima, then this pass's."""
+    if not det.track_tail:
+        return det.r1
+    if r == 0:
+        e = det.emax
+    else:  # boundary r - 1 sits at blocks[h + r - 1]
+        h = det.e_hist.shape[0]
+        e = max(blocks[max(0, h + r - det.Lb):h + r])
+    return max(det.r1, det.cfg.tail_guard * e)
+
+
+def _row_bars(det: SpikeDetector, bm: np.ndarray, n_rows: int) -> np.ndarray:
+    """Every row's bar as an array (missing history counts as 0: deviations are >= 0)."""
+    if not det.track_tail:
+        return np.full(n_rows, det.r1)
+    thr = np.empty(n_rows)
+    thr[0] = det.emax
+    thr[1:] = sliding_max(det.e_hist, bm, det.Lb)[: n_rows - 1]
+    return np.maximum(det.r1, det.cfg.tail_guard * thr)
 
 
 def _dev(x: np.ndarray, lo: int, hi: int, row: int, med_r: np.ndarray, den: np.ndarray,
@@ -217,59 +273,96 @@ def _dev(x: np.ndarray, lo: int, hi: int, row: int, med_r: np.ndarray, den: np.n
         return 0.0
     if hi == x.shape[0]:
         return float(dev[row])
-    seg = x[lo:hi]
+    lo_v, hi_v = min_max(x[lo:hi])
     med, d = float(med_r[row]), float(den[row])
-    return max((float(seg.max()) - med) / d, (med - float(seg.min())) / d)
+    return max((hi_v - med) / d, (med - lo_v) / d)
 
 
 def _first_spike(det: SpikeDetector, x: np.ndarray, A: np.ndarray, R: int, off: int,
-                 cand: np.ndarray, med_r: np.ndarray, den: np.ndarray, thr: np.ndarray,
-                 meds: np.ndarray, win: Callable[[int], np.ndarray]) -> int:
-    """Index of the first anomalous point of a pass (``len(x)`` if none), given the rows whose
-    largest point reaches their bar (``cand``, in order) and the rows' medians and bars.
+                 first: tuple[int, float], later: Iterator[tuple[int, float]],
+                 med_r: np.ndarray, den: np.ndarray, meds: np.ndarray,
+                 mad: Callable[[int], float], bars: Callable[[], np.ndarray]) -> int:
+    """Index of the first anomalous point of a pass (``len(x)`` if none), given the candidate
+    rows, whose largest point reaches their bar (``first``, then ``later``: (row, bar), in
+    order), the rows' medians, and every row's bar as an array on demand (``bars``).
 
     The first spike is nearly always in the first candidate row, which holds at most
     ``refresh`` points: they are looked at one by one as Python floats (the same IEEE operations
     as the reference's, hence the same bits), a MAD and a recent level taken only for a point
     that reaches the bar. The later candidate rows are looked at together, as arrays: a smooth
     climb can make many rows candidates whose points all fail the jump test."""
-    j = _first_in_row(det, x, A, R, off, int(cand[0]), med_r, den, thr, meds, win)
+    j = _first_in_row(det, x, A, R, off, *first, med_r, den, mad)
     if j >= 0:
         return j
-    if cand.shape[0] == 1:
+    nxt = next(later, None)
+    if nxt is None:
         return int(x.shape[0])
-    return _first_in_rows(det, x, A, R, off, int(cand[1]), med_r, den, thr, meds, win)
+    return _first_in_rows(det, x, A, R, off, nxt[0], med_r, den, bars(), meds, mad)
 
 
 def _first_in_row(det: SpikeDetector, x: np.ndarray, A: np.ndarray, R: int, off: int, r: int,
-                  med_r: np.ndarray, den: np.ndarray, thr: np.ndarray, meds: np.ndarray,
-                  win: Callable[[int], np.ndarray]) -> int:
-    """The first anomalous point of row ``r``, point by point; -1 if none."""
+                  t: float, med_r: np.ndarray, den: np.ndarray,
+                  mad: Callable[[int], float]) -> int:
+    """The first anomalous point of row ``r`` (whose bar is ``t``); -1 if none.
+
+    The points are looked at one by one as Python floats; of those that reach the bar and the
+    z threshold, the first few are given the jump test at once (a spike, or the first point of
+    a step, passes it), the others, if the search reaches them (a climb whose points all fail
+    it), together as arrays (:func:`_first_jump`)."""
     K = det.K
-    zt = det.cfg.z_threshold
-    k = det.cfg.recent_points
+    cfg = det.cfg
+    zt, js, k = cfg.z_threshold, cfg.jump_share, cfg.recent_points
     lo = 0 if r == 0 else off + (r - 1) * K
-    med, d, t = float(med_r[r]), float(den[r]), float(thr[r])
+    med, d = float(med_r[r]), float(den[r])
     sc = 0.0
+    tried = 0
+    rest: list[int] = []
     for j, v in enumerate(x[lo:min(int(x.shape[0]), off + r * K)].tolist(), lo):
         if (v - med) / d < t:
             continue
         if not sc:
-            sc = (det._scale(det.med, det.mad) if r == 0 else
-                  det._scale(med, mad_sorted(win(r - 1), meds[r - 1])))
+            sc = det._scale(det.med, det.mad) if r == 0 else det._scale(med, mad(r - 1))
         if (v - med) / sc < zt:
             continue
+        if tried == _FEW_JUMPS:
+            rest.append(j)
+            continue
+        tried += 1
         # every point before x[j] taken as accepted: its recent level is the median of the
-        # recent_points values before it in A (fewer at the start of the baseline)
+        # recent_points values before it in A (fewer at the start of the baseline); the jump
+        # test is the detector's _jumps, written out
         a = R + j
-        if det._jumps(v, small_median(A[max(0, a - k):a].tolist()), med):
+        if v - small_median(A[max(0, a - k):a].tolist()) >= js * (v - med):
             return j
-    return -1
+    return _first_jump(det, x, A, R, rest, med) if rest else -1
+
+
+def _first_jump(det: SpikeDetector, x: np.ndarray, A: np.ndarray, R: int, pts: list[int],
+                med: float) -> int:
+    """The first of the points ``pts`` (indices in ``x``, in order) that passes the jump test
+    against ``med``; -1 if none. A few are tested one by one, more as arrays, in the same IEEE
+    operations as the point by point test."""
+    k, js = det.cfg.recent_points, det.cfg.jump_share
+    if len(pts) <= _FEW_JUMPS:
+        for j, v in zip(pts, x[pts].tolist()):
+            a = R + j
+            if v - small_median(A[max(0, a - k):a].tolist()) >= js * (v - med):
+                return j
+        return -1
+    cj = np.array(pts)
+    st = R + cj - k
+    if int(st[0]) >= 0:
+        recent = median_sorted(np.sort(windows(A, k)[st], axis=1))
+    else:  # fewer accepted points than that (a recent_points above min_points)
+        recent = np.array([small_median(A[max(0, a):a + k].tolist()) for a in st.tolist()])
+    xv = x[cj]
+    hit = (xv - recent >= js * (xv - med)).nonzero()[0]
+    return int(cj[hit[0]]) if hit.shape[0] else -1
 
 
 def _first_in_rows(det: SpikeDetector, x: np.ndarray, A: np.ndarray, R: int, off: int,
                    r0: int, med_r: np.ndarray, den: np.ndarray, thr: np.ndarray,
-                   meds: np.ndarray, win: Callable[[int], np.ndarray]) -> int:
+                   meds: np.ndarray, mad: Callable[[int], float]) -> int:
     """The first anomalous point in rows ``r0`` on (``len(x)`` if none), as arrays: the points'
     deviations laid out as rows of ``refresh`` slots, so each row's median and bar broadcast
     over it instead of being gathered per point. The slots after the last point hold the last
@@ -290,8 +383,8 @@ def _first_in_rows(det: SpikeDetector, x: np.ndarray, A: np.ndarray, R: int, off
     if not ci.shape[0]:
         return m
     ri = (ci + pad) // K
-    scale = {r: det._scale(float(meds[r - 1]), mad_sorted(win(r - 1), meds[r - 1]))
-             for r in set(ri.tolist())}  # (r0 >= 1: row 0 is never among them)
+    # (r0 >= 1: row 0 is never among them)
+    scale = {r: det._scale(float(meds[r - 1]), mad(r - 1)) for r in set(ri.tolist())}
     sc = np.array([scale[r] for r in ri.tolist()])
     z = (x[ci] - med_r[ri]) / sc
     pz = (z >= det.cfg.z_threshold).nonzero()[0]

@@ -8,9 +8,6 @@ anomalous points, so ``loss_spike`` can say whether the gradient norm spiked fir
 from __future__ import annotations
 
 import math
-from dataclasses import replace
-
-import numpy as np
 
 from trainwatch.humanize import fmt_duration
 from trainwatch.rules.base import Context, Frame, Hit, Points, Rule, fmt, r6
@@ -42,8 +39,8 @@ class SpikeRule(Rule):
         if self.log_flagged and flagged.shape[0]:
             self.ctx.log(self.id).extend(f.pos[flagged].tolist(), f.steps[flagged].tolist())
         if c:
-            events = [replace(ev, value=ev.value - c, median=ev.median - c,
-                              early_max=ev.early_max - c) for ev in events]
+            events = [ev._replace(value=ev.value - c, median=ev.median - c,
+                                  early_max=ev.early_max - c) for ev in events]
         return [self._hit(f, ev) for ev in events]
 
     def _shift(self, f: Points) -> float:
@@ -194,7 +191,7 @@ class StepTimeOutlierRule(SpikeRule):
                        f"episode began; step {step} took {dur}).")
         else:
             message = (f"Step {step} took {dur}, {fmt(ev.value / ev.median) if ev.median else 'inf'}x "
-                       f"the median {fmt_duration(ev.median) if np.isfinite(ev.median) else '-'}.")
+                       f"the median {fmt_duration(ev.median) if math.isfinite(ev.median) else '-'}.")
         causes = [
             ("the data loader stalled (slow storage, too few workers)", 0.5),
             ("a pause inside the step: garbage collection, a checkpoint or an eval", 0.4),

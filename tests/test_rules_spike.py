@@ -33,7 +33,7 @@ def _run(cfg, x: np.ndarray, *, vectorized: bool, chunks: list[int]):
     while i < x.shape[0]:
         n = chunks[k % len(chunks)]
         ev, fl = d.update(x[i:i + n], steps[i:i + n])
-        events += [dataclasses.replace(e, index=e.index + i) for e in ev]
+        events += [e._replace(index=e.index + i) for e in ev]
         flagged += (fl + i).tolist()
         i, k = i + n, k + 1
     return events, flagged

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import itertools
 
 import numpy as np
@@ -180,22 +179,6 @@ def test_episode_scan_matches_point_by_point() -> None:
             got += [(lo + i, k) for i, k in ep.scan(steps[lo:lo + 37], mask[lo:lo + 37],
                                                     severe[lo:lo + 37])]
         assert got == ref, trial
-
-
-def test_episode_single_point_matches_the_array_path() -> None:
-    """run() takes a one-point run on Python numbers (_one); it must decide as the array path
-    does, from every state an episode can be in."""
-    for trial in range(3000):
-        kw = {"rearm": int(RNG.integers(1, 4)), "cooldown": int(RNG.integers(0, 6)),
-              "persist": int(RNG.integers(0, 4))}
-        ep = Episode(**kw, active=bool(RNG.integers(0, 2)), count=int(RNG.integers(0, 5)),
-                     quiet=int(RNG.integers(0, 3)), escalated=bool(RNG.integers(0, 2)),
-                     last_start=None if RNG.random() < 0.3 else int(RNG.integers(0, 10)))
-        step, severe = int(RNG.integers(0, 14)), bool(RNG.random() < 0.3)
-        fast, arrays = copy.copy(ep), copy.copy(ep)
-        got = fast.run(np.array([step]), np.array([severe]))
-        want = arrays._run_arrays(np.array([step]), np.array([severe]))
-        assert (got, fast) == (want, arrays), (trial, ep, step, severe)
 
 
 def test_episode_semantics() -> None:
