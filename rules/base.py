@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -50,18 +50,47 @@ def r6(x: float) -> float:
     return float(f"{x:.6g}") if math.isfinite(x) else x
 
 
-@dataclass(frozen=True, slots=True)
-class Points:
+class _ReadOnly:
+    """Values that never change once built (a frozen dataclass's guarantee). The engine builds
+    a few per frame and a frozen dataclass's ``__init__`` (one ``object.__setattr__`` per field)
+    cost a microsecond each, a measurable part of a short file's check: these set their slots
+    directly in ``__init__`` and refuse any later assignment."""
+
+    __slots__ = ()
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"{type(self).__name__} is read-only (cannot set {name!r})")
+
+    __delattr__ = __setattr__  # type: ignore[assignment]
+
+
+_set = object.__setattr__
+
+
+class Points(_ReadOnly):
     """The points of one series inside one frame, in record order."""
 
+    __slots__ = ("_finite", "name", "pos", "steps", "times", "values")
     name: str
     steps: np.ndarray
     values: np.ndarray
     times: np.ndarray
     pos: np.ndarray
     """Global record index of each point (the engine sorts alerts by it)."""
-    _finite: Points | None = field(default=None, init=False, repr=False, compare=False)
+    _finite: Points | None
     """The finite points, once asked for (several rules ask for them on every frame)."""
+
+    def __init__(self, name: str, steps: np.ndarray, values: np.ndarray, times: np.ndarray,
+                 pos: np.ndarray) -> None:
+        _set(self, "name", name)
+        _set(self, "steps", steps)
+        _set(self, "values", values)
+        _set(self, "times", times)
+        _set(self, "pos", pos)
+        _set(self, "_finite", None)
+
+    def __repr__(self) -> str:
+        return f"Points({self.name!r}, {len(self)} points)"
 
     def __len__(self) -> int:
         return self.values.shape[0]
@@ -75,9 +104,9 @@ class Points:
         if f is None:
             ok = np.isfinite(self.values)
             f = self if ok.all() else self.take(ok)
-            object.__setattr__(self, "_finite", f)
+            _set(self, "_finite", f)
             if f is not self:
-                object.__setattr__(f, "_finite", f)
+                _set(f, "_finite", f)
         return f
 
     @property
@@ -85,10 +114,11 @@ class Points:
         return self.finite() is self
 
 
-@dataclass(frozen=True, slots=True)
-class Frame:
+class Frame(_ReadOnly):
     """One segment's part of a batch."""
 
+    __slots__ = ("events", "rec_is_event", "rec_pos", "rec_steps", "rec_times", "roles",
+                 "segment", "series")
     segment: int
     roles: Mapping[str, str]
     """role -> series name (as resolved so far)."""
@@ -101,6 +131,22 @@ class Frame:
     """All records (metric records and events) of the frame."""
     rec_is_event: np.ndarray
     """Whether each record is an event."""
+
+    def __init__(self, segment: int, roles: Mapping[str, str], series: Mapping[str, Points],
+                 events: tuple[Event, ...], rec_steps: np.ndarray, rec_times: np.ndarray,
+                 rec_pos: np.ndarray, rec_is_event: np.ndarray) -> None:
+        _set(self, "segment", segment)
+        _set(self, "roles", roles)
+        _set(self, "series", series)
+        _set(self, "events", events)
+        _set(self, "rec_steps", rec_steps)
+        _set(self, "rec_times", rec_times)
+        _set(self, "rec_pos", rec_pos)
+        _set(self, "rec_is_event", rec_is_event)
+
+    def __repr__(self) -> str:
+        return (f"Frame(segment={self.segment}, {self.rec_steps.shape[0]} records, "
+                f"series={sorted(self.series)})")
 
     def role(self, role: str) -> Points | None:
         name = self.roles.get(role)
@@ -221,18 +267,23 @@ class Context:
 
     def end_frame(self, frame: Frame) -> None:
         """Fold the frame's finite values into the history."""
+        roles, series, run_points = frame.roles, frame.series, self.run_points
         for role in HISTORY_ROLES:
-            pts = frame.role(role)
-            if pts is None or not len(pts):
+            name = roles.get(role)
+            pts = None if name is None else series.get(name)
+            if pts is None:
                 continue
             fin = pts.finite()
-            n = len(fin)
-            self.run_points[role] = self.run_points.get(role, 0) + n
+            n = fin.values.shape[0]
+            if not n:
+                continue
+            run_points[role] = run_points.get(role, 0) + n
             if n >= HISTORY:
                 self._hist[role] = (fin.pos[-HISTORY:], fin.steps[-HISTORY:],
                                     fin.values[-HISTORY:])
-                self._pending.pop(role, None)
-            elif n:
+                if self._pending:
+                    self._pending.pop(role, None)
+            else:
                 pend = self._pending.setdefault(role, [])
                 pend.append(fin)
                 if len(pend) >= 64:  # folded now and then, and whenever a rule asks
@@ -272,9 +323,19 @@ class Rule:
     def finish(self, now: float) -> list[Hit]:
         return []
 
-    def alert(self, **kw: Any) -> Hit:
+    def alert(self, *, pos: int, severity: str, step: int, time: float, metric: str | None,
+              message: str, evidence: Mapping[str, Any] | None = None,
+              causes: Sequence[tuple[str, float]] | tuple[Cause, ...] = (),
+              fixes: Sequence[str] = ()) -> Hit:
         """A hit of this rule (see :func:`make_hit`)."""
-        return make_hit(self.id, **kw)
+        return _hit(self.id, pos, severity, step, time, metric, message, evidence, causes, fixes)
+
+
+def rank_causes(causes: Sequence[tuple[str, float]]) -> tuple[Cause, ...]:
+    """(cause, confidence) pairs as an alert holds them: most likely first (ties keep their
+    order), confidences rounded to 3 decimals. Rules rank their constant causes once, at import."""
+    ranked = sorted(causes, key=lambda c: -c[1])
+    return tuple(Cause(c, round(float(p), 3)) for c, p in ranked)
 
 
 def make_hit(
@@ -287,19 +348,23 @@ def make_hit(
     metric: str | None,
     message: str,
     evidence: Mapping[str, Any] | None = None,
-    causes: Sequence[tuple[str, float]] = (),
+    causes: Sequence[tuple[str, float]] | tuple[Cause, ...] = (),
     fixes: Sequence[str] = (),
 ) -> Hit:
-    """An alert at record ``pos``; causes are ranked most likely first."""
-    ranked = sorted(causes, key=lambda c: -c[1])
-    return Hit(int(pos), Alert(
-        rule=rule,
-        severity=severity,  # type: ignore[arg-type]
-        step=int(step),
-        time=float(time),
-        metric=metric,
-        message=message,
-        evidence=dict(evidence or {}),
-        causes=tuple(Cause(c, round(float(p), 3)) for c, p in ranked),
-        fixes=tuple(fixes),
-    ))
+    """An alert at record ``pos``. ``causes``: (cause, confidence) pairs in any order, or a tuple
+    of :class:`Cause` already ranked (see :func:`rank_causes`), taken as it is."""
+    return _hit(rule, pos, severity, step, time, metric, message, evidence, causes, fixes)
+
+
+def _hit(rule: str, pos: int, severity: str, step: int, time: float, metric: str | None,
+         message: str, evidence: Mapping[str, Any] | None,
+         causes: Sequence[tuple[str, float]] | tuple[Cause, ...], fixes: Sequence[str]) -> Hit:
+    """:func:`make_hit` with positional arguments (a fault run builds a few hundred alerts:
+    keyword passing, twice, was a tenth of the cost of each)."""
+    if causes.__class__ is not tuple or (causes and causes[0].__class__ is not Cause):
+        causes = rank_causes(causes)  # type: ignore[arg-type]
+    # Alert's fields in their declared order (rule, severity, step, time, metric, message,
+    # evidence, causes, fixes): positional, as keywords cost a third of its construction
+    return Hit(int(pos), Alert(rule, severity, int(step), float(time), metric,  # type: ignore[arg-type]
+                               message, dict(evidence) if evidence else {}, causes,  # type: ignore[arg-type]
+                               tuple(fixes)))

@@ -153,3 +153,53 @@ def test_joined_backfill_of_a_resumed_run() -> None:
     joined = list(backfill_batches(reads))
     assert len(joined) < len(reads)
     assert _alerts(joined) == _alerts(reads)
+
+
+def _shared_records(seed: int) -> bytes:
+    """Metrics on the same records and on different ones with the same counts: ``x`` and ``y``
+    on every metric record, ``a`` on even steps and ``b`` on odd ones, events between them and
+    now and then a record with no metric at all (a note only)."""
+    rng = np.random.default_rng(seed)
+    lines = [b'{"event":"run_start","step":0,"time":0.0}\n']
+    for s in range(1, 301):
+        if rng.random() < 0.03:
+            lines.append(f'{{"step":{s},"time":{s}.1,"phase":"warmup"}}\n'.encode())
+        ab = f'"a":{s / 7!r}' if s % 2 == 0 else f'"b":{s / 9!r}'
+        lines.append(f'{{"step":{s},"time":{s}.0,"x":{s / 3!r},"y":{-s!r},{ab}}}\n'.encode())
+        if rng.random() < 0.08:
+            lines.append(f'{{"event":"checkpoint","step":{s},"time":{s}.5}}\n'.encode())
+    return b"".join(lines)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_series_on_the_same_records_share_columns_and_stay_exact(seed: int) -> None:
+    """The join takes the rows, steps, times and segments of the series on every metric record
+    once (events carry no metric values) and compares the others: every column still equals
+    one read of the whole file's, and the series on every metric record share theirs."""
+    data = _shared_records(seed)
+    whole = JsonlParser("metrics.jsonl", clock=lambda: 0.0).parse(data, 1)
+    pieces = parse_live(data, seed=seed, max_lines=40)
+    assert len(pieces) > 10 and sum(1 for p in pieces if p.events) >= 3
+    joined = concat_batches(pieces)
+    _same(joined, whole)
+    x, y = joined.series["x"], joined.series["y"]
+    if any(p.n_records - len(p.events) == len(p.series["x"]) for p in pieces):
+        assert x.rows is y.rows and x.steps is y.steps and x.times is y.times
+    assert not np.shares_memory(x.values, y.values)
+    a, b = joined.series["a"], joined.series["b"]
+    assert a.rows is not b.rows and not np.shares_memory(a.rows, b.rows)
+
+
+def test_series_with_the_same_counts_on_other_records_keep_their_own() -> None:
+    """``c`` and ``d`` have as many points as each other in every read, on other records: they
+    must not be taken for series on the same records."""
+    chunks = [(f'{{"step":{s},"time":{s}.0,"c":{s!r},"x":1.5}}\n'
+               f'{{"step":{s + 1},"time":{s + 1}.0,"d":{-s!r},"x":2.5}}\n'
+               f'{{"event":"eval","step":{s + 1},"time":{s + 1}.5}}\n').encode()
+              for s in range(0, 40, 2)]
+    p = JsonlParser("metrics.jsonl", clock=lambda: 0.0)
+    reads = [p.parse(chunk, 1 + 3 * i) for i, chunk in enumerate(chunks)]
+    whole = JsonlParser("metrics.jsonl", clock=lambda: 0.0).parse(b"".join(chunks), 1)
+    joined = concat_batches(reads)
+    _same(joined, whole)
+    assert joined.series["c"].rows[0] == 0 and joined.series["d"].rows[0] == 1

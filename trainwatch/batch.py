@@ -93,6 +93,8 @@ class RecordBatch:
     """int32 segment of each record."""
     series: Mapping[str, SeriesChunk]
     events: tuple[Event, ...] = ()
+    """Event records, in order. They carry no metric values: no series has a point on one (the
+    join and the rule engine count on it)."""
     notes: tuple[tuple[int, Mapping[str, Any]], ...] = ()
     """(row, fields) for records that carried strings or lists: kept, but not series."""
     malformed: tuple[Malformed, ...] = ()
@@ -178,7 +180,11 @@ def concat_batches(group: Sequence[RecordBatch]) -> RecordBatch:
     """One batch holding ``group`` (batches that each continue the one before): records and
     series concatenated, series rows and note rows shifted by the records before them; events,
     notes, malformed lines and rewinds in order; ``reset`` and ``first_record`` of the first
-    batch, ``meta`` merged with later batches winning."""
+    batch, ``meta`` merged with later batches winning.
+
+    Joined series on the same records (the usual case: every metric on every record but the
+    events) share one rows, steps, times and segments array, as the points of one record share
+    its step, time and segment."""
     if not group:
         raise ValueError("concat_batches: no batches")
     first = group[0]
@@ -189,49 +195,117 @@ def concat_batches(group: Sequence[RecordBatch]) -> RecordBatch:
             raise ValueError(
                 f"concat_batches: batch at record {nxt.first_record} of {nxt.source!r} does not "
                 f"continue the one at record {prev.first_record} of {prev.source!r}")
-    offsets = list(itertools.accumulate((b.n_records for b in group[:-1]), initial=0))
-    names: dict[str, None] = {}
-    for b in group:
-        names.update(dict.fromkeys(b.series))
     # Every joined column is a view into one buffer per dtype, filled by one np.concatenate: a
     # backlog of a few batches of ten metrics took some sixty small concatenations (about 0.1
     # ms, a tenth of the rule engine's whole cost on a short file). Each buffer holds the
-    # records' own column, then that column of every joined series in turn.
-    joined: list[str] = []
-    parts: list[SeriesChunk] = []
-    part_off: list[int] = []
-    """Records before each part's batch (what its rows are shifted by)."""
-    sizes: list[int] = []
-    """Points of each joined series."""
+    # records' own column, then that column of every joined series in turn. (Plain loops and
+    # lists below: on a short file the bookkeeping cost as much as the copies.)
+    by_name: dict[str, list[tuple[int, int, SeriesChunk]]] = {}
+    """Each series' parts: (batch index, records before its batch, chunk), in order."""
+    off = 0
+    for i, b in enumerate(group):
+        for name, ch in b.series.items():
+            mine = by_name.get(name)
+            if mine is None:
+                by_name[name] = [(i, off, ch)]
+            else:
+                mine.append((i, off, ch))
+        off += b.n_records
+    total = off
     series: dict[str, SeriesChunk] = {}
-    for name in names:
-        mine = [(off, b.series[name]) for off, b in zip(offsets, group) if name in b.series]
-        if len(mine) == 1 and mine[0][0] == 0:
-            series[name] = mine[0][1]
+    same: list[list[np.ndarray]] = [[] for _b in group]
+    """Distinct rows arrays of each batch's parts so far (a part on the same records as an
+    earlier one of its batch is known by the index of that one's rows; -1: on every record but
+    the events, which carry no metric values: no need to compare those)."""
+    n_metric = [b.n_records - len(b.events) for b in group]
+    joined: list[tuple[str, int, int]] = []
+    """(name, points, index of its records in ``places``) of each series made of parts."""
+    places: dict[tuple[int, ...], int] = {}
+    """The distinct record sets of the joined series (each as its parts' rows indices)."""
+    parts: list[list[tuple[int, SeriesChunk]]] = []
+    """(records before its batch, chunk) of each part of each distinct record set."""
+    values: list[np.ndarray] = []
+    for name, mine in by_name.items():
+        if len(mine) == 1 and mine[0][1] == 0:
+            series[name] = mine[0][2]
             continue
-        joined.append(name)
-        sizes.append(sum(ch.values.shape[0] for _o, ch in mine))
-        part_off.extend(off for off, _ch in mine)
-        parts.extend(ch for _o, ch in mine)
-    total = offsets[-1] + group[-1].n_records
-    fbuf = np.concatenate([b.times for b in group] + [ch.values for ch in parts]
-                          + [ch.times for ch in parts])
-    ibuf = np.concatenate([b.steps for b in group] + [ch.steps for ch in parts])
-    sbuf = np.concatenate([b.segments for b in group] + [ch.rows for ch in parts]
-                          + [ch.segments for ch in parts]).astype(np.int32, copy=False)
-    n_pts = sum(sizes)
+        key: list[int] = []
+        n = 0
+        for i, _o, ch in mine:
+            rows = ch.rows
+            j = -1
+            if rows.shape[0] != n_metric[i]:
+                known = same[i]
+                for j, r in enumerate(known):  # (j: the match, if one)
+                    if r is rows or (r.shape[0] == rows.shape[0] and np.array_equal(r, rows)):
+                        break
+                else:
+                    j = len(known)
+                    known.append(rows)
+            key += (j, i)
+            values.append(ch.values)
+            n += rows.shape[0]
+        at = places.setdefault(tuple(key), len(places))
+        if at == len(parts):
+            parts.append([(o, ch) for _i, o, ch in mine])
+        joined.append((name, n, at))
+    times = [b.times for b in group]
+    steps = [b.steps for b in group]
+    segs = [b.segments for b in group]
+    ptimes, rows_l, psegs, shifts, counts = [], [], [], [], []
+    for mine in parts:
+        for o, ch in mine:
+            ptimes.append(ch.times)
+            steps.append(ch.steps)
+            rows_l.append(ch.rows)
+            psegs.append(ch.segments)
+            shifts.append(o)
+            counts.append(ch.rows.shape[0])
+    fbuf = np.concatenate(times + values + ptimes)
+    ibuf = np.concatenate(steps)
+    sbuf = np.concatenate(segs + rows_l + psegs).astype(np.int32, copy=False)
+    n_pts = sum(counts)
+    """Points of the distinct record sets."""
     if n_pts:  # rows count from the start of the joined batch
-        sbuf[total:total + n_pts] += np.repeat(
-            np.asarray(part_off, dtype=np.int32), [ch.rows.shape[0] for ch in parts])
-    at = total
-    for name, n in zip(joined, sizes):
-        series[name] = SeriesChunk(
-            rows=sbuf[at:at + n], steps=ibuf[at:at + n], values=fbuf[at:at + n],
-            times=fbuf[at + n_pts:at + n_pts + n], segments=sbuf[at + n_pts:at + n_pts + n])
-        at += n
+        sbuf[total:total + n_pts] += np.repeat(np.asarray(shifts, dtype=np.int32), counts)
+    starts = list(itertools.accumulate((sum(ch.rows.shape[0] for _o, ch in mine)
+                                        for mine in parts), initial=total))
+    t0 = fbuf.shape[0] - n_pts - total
+    """Where the distinct record sets' times start in ``fbuf``, after the values."""
+    cols: list[tuple[np.ndarray, ...] | None] = [None] * len(parts)
+    """The rows, steps, times and segments of each distinct record set (one view each)."""
+    new = object.__new__
+    v = total
+    for name, n, at in joined:
+        c = cols[at]
+        if c is None:
+            a = starts[at]
+            c = cols[at] = (sbuf[a:a + n], ibuf[a:a + n], fbuf[t0 + a:t0 + a + n],
+                            sbuf[n_pts + a:n_pts + a + n])
+        # (a frozen dataclass's __init__ costs a microsecond a chunk: its fields set directly)
+        ch = new(SeriesChunk)
+        _set(ch, "rows", c[0])
+        _set(ch, "steps", c[1])
+        _set(ch, "values", fbuf[v:v + n])
+        _set(ch, "times", c[2])
+        _set(ch, "segments", c[3])
+        series[name] = ch
+        v += n
     meta: dict[str, Any] = {}
+    events: list[Event] = []
+    notes: list[tuple[int, Mapping[str, Any]]] = []
+    malformed: list[Malformed] = []
+    rewinds: list[Rewind] = []
+    off = 0
     for b in group:
-        meta.update(b.meta)
+        if b.meta:
+            meta.update(b.meta)
+        events += b.events
+        if b.notes:
+            notes += [(row + off, f) for row, f in b.notes]
+        malformed += b.malformed
+        rewinds += b.rewinds
+        off += b.n_records
     return RecordBatch(
         source=first.source,
         first_record=first.first_record,
@@ -239,12 +313,15 @@ def concat_batches(group: Sequence[RecordBatch]) -> RecordBatch:
         times=fbuf[:total],
         segments=sbuf[:total],
         series=series,
-        events=tuple(itertools.chain.from_iterable(b.events for b in group)),
-        notes=tuple((row + off, f) for off, b in zip(offsets, group) for row, f in b.notes),
-        malformed=tuple(itertools.chain.from_iterable(b.malformed for b in group)),
-        rewinds=tuple(itertools.chain.from_iterable(b.rewinds for b in group)),
+        events=tuple(events),
+        notes=tuple(notes),
+        malformed=tuple(malformed),
+        rewinds=tuple(rewinds),
         rank=first.rank,
         reset=first.reset,
         format=first.format,
         meta=meta,
     )
+
+
+_set = object.__setattr__
