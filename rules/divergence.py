@@ -23,7 +23,8 @@ import math
 
 import numpy as np
 
-from trainwatch.rules.base import Context, Frame, Hit, fmt, pct, r6
+from trainwatch.rules.alert import Cause
+from trainwatch.rules.base import Context, Frame, Hit, fmt, pct, r6, rank_causes
 from trainwatch.rules.blocks import Blocks, LossBlockRule
 from trainwatch.rules.models import DivergenceConfig
 from trainwatch.rules.stats import median_sorted, small_median, windows
@@ -140,6 +141,23 @@ def block_levels(prev: list[float], med: np.ndarray) -> np.ndarray:
         for k in range(n - full):
             out[k] = small_median(vals[:p + k + 1])
     return out
+
+
+def _ranked_causes(lr_rose: bool, grad_grew: bool) -> tuple[Cause, ...]:
+    causes = [("the learning rate is too high for this phase of training", 0.6),
+              ("bad data: a corrupt shard or a shift in the data distribution", 0.3),
+              ("optimizer state lost or mismatched after a resume", 0.15)]
+    if lr_rose:
+        causes.append(("the LR rose recently (warm-up ending, a schedule restart)", 0.7))
+    if grad_grew:
+        causes.append(("updates are growing: the grad norm doubled meanwhile", 0.6))
+    return rank_causes(causes)
+
+
+_CAUSES = {(r, g): _ranked_causes(r, g) for r in (False, True) for g in (False, True)}
+"""divergence's causes, ranked once, by (the LR rose recently, the grad norm grew)."""
+_FIXES = ("Clip gradients: torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)",
+          "Check the data around where the rise began")
 
 
 class DivergenceRule(LossBlockRule):
@@ -343,20 +361,15 @@ class DivergenceRule(LossBlockRule):
         _s, lr_recent = self.ctx.recent("lr", pos, 2 * cfg.window)
         lr = float(lr_recent[-1]) if lr_recent.shape[0] else None  # (= ctx.latest("lr", pos))
         _g, gv = self.ctx.recent("grad_norm", pos, 4 * cfg.window)
-        causes = [("the learning rate is too high for this phase of training", 0.6),
-                  ("bad data: a corrupt shard or a shift in the data distribution", 0.3),
-                  ("optimizer state lost or mismatched after a resume", 0.15)]
-        if lr_recent.shape[0] > 1 and lr_recent[-1] > lr_recent[0] * 1.05:
-            causes.append(("the LR rose recently (warm-up ending, a schedule restart)", 0.7))
+        lr_rose = lr_recent.shape[0] > 1 and lr_recent[-1] > lr_recent[0] * 1.05
+        grad_grew = False
         if gv.shape[0] >= 8:
             half = gv.shape[0] // 2
             g = gv.tolist()  # (medians of ~100 Python floats: ~3x cheaper than numpy's sort)
-            if small_median(g[half:]) > 2 * small_median(g[:half]):
-                causes.append(("updates are growing: the grad norm doubled meanwhile", 0.6))
-        fixes = [(f"Rewind to a checkpoint near step {self.best_step} (best loss {fmt(best)}) "
-                 "and lower the LR 2-10x"),
-                 "Clip gradients: torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)",
-                 "Check the data around where the rise began"]
+            grad_grew = small_median(g[half:]) > 2 * small_median(g[:half])
+        causes = _CAUSES[bool(lr_rose), bool(grad_grew)]
+        fixes = ((f"Rewind to a checkpoint near step {self.best_step} (best loss {fmt(best)}) "
+                  "and lower the LR 2-10x"), *_FIXES)
         what = (f"above the cap {fmt(cfg.cap)}" if capped
                 else f"{pct(rise)} above its best" if rise is not None
                 else f"{fmt(med - best)} above its best")

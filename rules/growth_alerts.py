@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from trainwatch.rules.base import Frame, Hit, Points, fmt, make_hit, pct, r6
+from trainwatch.rules.base import Frame, Hit, Points, fmt, make_hit, pct, r6, rank_causes
 from trainwatch.rules.episode import START, START_ESCALATED, Episode
 from trainwatch.rules.growth import Evals, Pushed, span_trend, span_window
 from trainwatch.rules.models import DetachConfig, MemoryConfig
@@ -31,6 +31,26 @@ DETACH_FIXES = [
     "Accumulate running losses with loss.item(), not the tensor",
 ]
 
+# Each alert's causes ranked once (and its fixes as a tuple): they never vary.
+_DETACH_FIXES = tuple(DETACH_FIXES)
+_DETACH_RANKED = rank_causes(DETACH_CAUSES)
+_PROBE_CAUSES = rank_causes([(DETACH_CAUSES[0][0], 0.95), DETACH_CAUSES[1]])
+_GRAPH_CAUSES = rank_causes([(DETACH_CAUSES[0][0], 0.9), DETACH_CAUSES[1]])
+_TIME_ONLY_CAUSES = rank_causes([
+    (DETACH_CAUSES[0][0], 0.6), DETACH_CAUSES[1],
+    ("the work per step grows (longer sequences, a growing dataset or cache)", 0.3),
+])
+_MEMORY_CAUSES = rank_causes([
+    ("a tensor kept with its graph across steps (e.g. total_loss += loss instead of loss.item())",
+     0.7),
+    ("a growing list of tensors kept on the device (outputs, predictions)", 0.5),
+    ("a cache that grows (memoised tensors, recompilations for new shapes)", 0.3),
+    ("allocator fragmentation from varying shapes", 0.2),
+])
+_MEMORY_FIXES = ("Accumulate metrics with loss.item() or loss.detach()",
+                 "Move kept outputs to the CPU (.cpu()) or keep only what you need",
+                 "Compare torch.cuda.memory_summary() at two steps to see what grows")
+
 
 def probe_hits(det: DetachConfig, probe: Episode, pts: Points) -> list[Hit]:
     """The hits of the trainer's probe (``pts``: its finite points; ``probe``: its episode,
@@ -48,7 +68,7 @@ def probe_hits(det: DetachConfig, probe: Episode, pts: Points) -> list[Hit]:
             message=f"The trainer's probe says the hidden state entering step {step} is still "
                     "attached to the previous step's graph: it is not detached.",
             evidence={"probe": pts.name, "value": r6(float(pts.values[i]))},
-            causes=[(DETACH_CAUSES[0][0], 0.95), DETACH_CAUSES[1]], fixes=DETACH_FIXES))
+            causes=_PROBE_CAUSES, fixes=_DETACH_FIXES))
     return hits
 
 
@@ -81,18 +101,16 @@ def trend_hit(det: DetachConfig, frame: Frame, ev_t: Evals, ev_dm: Pushed | None
         message = (f"Step time and memory are rising together (+{pct(g_t)} and +{pct(g_m)} "
                    f"over the last {span} steps): the recurrent state is probably not "
                    "detached, so each backward pass runs through the whole history.")
-        causes = DETACH_CAUSES
+        causes = _DETACH_RANKED
     else:
         message = (f"Step time is rising steadily (+{pct(g_t)} over the last {span} steps, "
                    f"Spearman {fmt(rho_t)}): each backward pass grows, as when the recurrent "
                    "state is not detached between chunks.")
-        causes = [(DETACH_CAUSES[0][0], 0.6), DETACH_CAUSES[1],
-                  (("the work per step grows (longer sequences, a growing dataset or "
-                   "cache)"), 0.3)]
+        causes = _TIME_ONLY_CAUSES
     return make_hit("state_detach", pos=int(ev_t.pos[e]), severity=det.severity,
                     step=int(ev_t.steps[e]), time=float(ev_t.times[e]),
                     metric=frame.roles.get("step_time"), message=message, evidence=evidence,
-                    causes=causes, fixes=DETACH_FIXES)
+                    causes=causes, fixes=_DETACH_FIXES)
 
 
 def steady(det: DetachConfig, x: np.ndarray, y: np.ndarray, evidence: dict[str, object]
@@ -120,7 +138,7 @@ def graph_hit(det: DetachConfig, ev_g: Evals, k: int) -> Hit | None:
                 "whole history.",
         evidence={"graph_first": r6(first), "graph_last": r6(last), "growth": r6(g),
                   "rho": r6(rho), "window_points": ev_g.window},
-        causes=[(DETACH_CAUSES[0][0], 0.9), DETACH_CAUSES[1]], fixes=DETACH_FIXES)
+        causes=_GRAPH_CAUSES, fixes=_DETACH_FIXES)
 
 
 def memory_hit(mem: MemoryConfig, det: DetachConfig, frame: Frame, ev_m: Evals, ev_tl: Pushed,
@@ -151,7 +169,7 @@ def memory_hit(mem: MemoryConfig, det: DetachConfig, frame: Frame, ev_m: Evals, 
             message=f"Memory and step time are rising together (+{pct(g)} and +{pct(g_t)} "
                     f"over the last {span} steps): the recurrent state is probably not "
                     "detached, so each backward pass runs through the whole history.",
-            evidence=evidence, causes=DETACH_CAUSES, fixes=DETACH_FIXES), True
+            evidence=evidence, causes=_DETACH_RANKED, fixes=_DETACH_FIXES), True
     return make_hit(
         "memory_growth", pos=pos, severity=mem.severity, step=step, time=time, metric=metric,
         message=f"Memory has grown steadily by {pct(g)} over the last {span} steps "
@@ -160,11 +178,4 @@ def memory_hit(mem: MemoryConfig, det: DetachConfig, frame: Frame, ev_m: Evals, 
                 + ("rose only in a step or a burst, not steadily with it (another load on "
                    "the machine?)." if time_up else "is flat."),
         evidence=evidence,
-        causes=[(("a tensor kept with its graph across steps (e.g. total_loss += loss "
-                 "instead of loss.item())"), 0.7),
-                ("a growing list of tensors kept on the device (outputs, predictions)", 0.5),
-                ("a cache that grows (memoised tensors, recompilations for new shapes)", 0.3),
-                ("allocator fragmentation from varying shapes", 0.2)],
-        fixes=["Accumulate metrics with loss.item() or loss.detach()",
-               "Move kept outputs to the CPU (.cpu()) or keep only what you need",
-               "Compare torch.cuda.memory_summary() at two steps to see what grows"]), False
+        causes=_MEMORY_CAUSES, fixes=_MEMORY_FIXES), False

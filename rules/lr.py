@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from trainwatch.rules.base import Context, Frame, Hit, Points, Rule, fmt, pct, r6
+from trainwatch.rules.base import Context, Frame, Hit, Points, Rule, fmt, pct, r6, rank_causes
 from trainwatch.rules.blocks import Blocks, shared_blocks
 from trainwatch.rules.lr_calm import FEW, CalmFrames
 from trainwatch.rules.models import LrConfig
@@ -272,11 +272,7 @@ class LrExhaustedRule(CalmFrames, Rule):
             message=f"The learning rate has been 0 since the start ({cfg.start_points} points): "
                     "nothing will learn.",
             evidence={"lr": r6(float(f.values[i])), "points": cfg.start_points},
-            causes=[(("the scheduler starts at 0 and does not rise (e.g. warm-up longer than the "
-                     "run, a LambdaLR returning 0)"), 0.6),
-                    ("lr=0 in the optimizer or the config", 0.5)],
-            fixes=["Print scheduler.get_last_lr() for the first steps",
-                   "Check the optimizer's lr and the warm-up length"],
+            causes=_START_CAUSES, fixes=_START_FIXES,
         )
 
     def _zero(self, f: Points, i: int, run: int, peak: float, n: int, since: int) -> Hit:
@@ -291,13 +287,7 @@ class LrExhaustedRule(CalmFrames, Rule):
                     "idling.",
             evidence={"lr": r6(float(f.values[i])), "lr_peak": r6(peak), "points_at_zero": run,
                       "fraction_of_run": r6(frac)},
-            causes=[(("the schedule's total steps are fewer than the run's (max_steps/epochs "
-                     "mismatch)"), 0.8),
-                    (("the scheduler is stepped more often than it expects (per batch instead of "
-                     "per epoch)"), 0.4)],
-            fixes=["Set the scheduler's total steps to the run's length",
-                   "Stop the run: nothing changes from here on",
-                   "Call scheduler.step() as often as the scheduler expects"],
+            causes=_ZERO_CAUSES, fixes=_ZERO_FIXES,
         )
 
     def _floor(self, pos: int, step: int, time: float, lr: float, run: int, peak: float,
@@ -313,12 +303,32 @@ class LrExhaustedRule(CalmFrames, Rule):
             evidence={"lr": r6(lr), "lr_peak": r6(peak), "points_at_floor": run,
                       "fraction_of_run": r6(run / n), "loss_gain": r6(gain),
                       "loss_then": r6(lh[0][0]), "loss_now": r6(lh[-1][0])},
-            causes=[("the schedule is too short for the run (decay ends too early)", 0.7),
-                    ("the final LR (min_lr / eta_min) is set too low", 0.4)],
-            fixes=["Lengthen the schedule (its total steps) or raise the final LR",
-                   "Resume from the last checkpoint with a higher constant LR"],
+            causes=_FLOOR_CAUSES, fixes=_FLOOR_FIXES,
         )
 
+
+# Each alert's causes (ranked once) and fixes: they never vary.
+_START_CAUSES = rank_causes([
+    (("the scheduler starts at 0 and does not rise (e.g. warm-up longer than the run, a LambdaLR "
+      "returning 0)"), 0.6),
+    ("lr=0 in the optimizer or the config", 0.5),
+])
+_START_FIXES = ("Print scheduler.get_last_lr() for the first steps",
+                "Check the optimizer's lr and the warm-up length")
+_ZERO_CAUSES = rank_causes([
+    ("the schedule's total steps are fewer than the run's (max_steps/epochs mismatch)", 0.8),
+    (("the scheduler is stepped more often than it expects (per batch instead of per epoch)"),
+     0.4),
+])
+_ZERO_FIXES = ("Set the scheduler's total steps to the run's length",
+               "Stop the run: nothing changes from here on",
+               "Call scheduler.step() as often as the scheduler expects")
+_FLOOR_CAUSES = rank_causes([
+    ("the schedule is too short for the run (decay ends too early)", 0.7),
+    ("the final LR (min_lr / eta_min) is set too low", 0.4),
+])
+_FLOOR_FIXES = ("Lengthen the schedule (its total steps) or raise the final LR",
+                "Resume from the last checkpoint with a higher constant LR")
 
 _NO_RUNS = np.empty(0, dtype=np.int64)
 _NO_RUNS.flags.writeable = False

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from trainwatch.rules.base import Context, Frame, Hit, Points, Rule, fmt, pct, r6
+from trainwatch.rules.base import Context, Frame, Hit, Points, Rule, fmt, pct, r6, rank_causes
 from trainwatch.rules.blocks import shared_blocks
 from trainwatch.rules.evals import EvalPool
 from trainwatch.rules.models import OverfitConfig
@@ -55,6 +55,10 @@ def eval_noise(steps: Sequence[int], values: Sequence[float]) -> float:
     # sqrt((n - 3) / n) as much as the points do (0.79x on 8: a bar that low let a val_loss logged
     # every step "overfit" dozens of times on noise)
     return MAD_TO_SIGMA * small_median([abs(r - mid) for r in res]) * dof
+
+
+_CAUSES = rank_causes([("the model is memorising the training set (overfitting)", 0.8),
+                       ("a train/val mismatch or a change in the val pipeline", 0.2)])
 
 
 class OverfitRule(Rule):
@@ -181,8 +185,7 @@ class OverfitRule(Rule):
         evidence = {"val_loss": r6(v), "best_val_loss": r6(best), "best_step": self.best_step,
                     "val_rise": r6(rise), "evaluations_since_best": self.worse,
                     "train_at_best": r6(t0), "train_now": r6(t1), "min_rise": r6(delta)}
-        causes = [("the model is memorising the training set (overfitting)", 0.8),
-                  ("a train/val mismatch or a change in the val pipeline", 0.2)]
+        causes = _CAUSES
         fixes = [(f"Early-stop at step {self.best_step} (val_loss {fmt(best)}): keep that "
                  "checkpoint"),
                  "Add regularisation (weight decay, dropout, augmentation) or more data",

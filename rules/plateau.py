@@ -21,6 +21,7 @@ from collections import deque
 
 import numpy as np
 
+from trainwatch.rules.alert import Cause
 from trainwatch.rules.base import Context, Frame, Hit, Points, fmt, fmt3, pct, r6
 from trainwatch.rules.blocks import Blocks, LossBlockRule, shared_blocks
 from trainwatch.rules.evals import EvalPool
@@ -91,6 +92,10 @@ def first_check(wait: int, news: list[int], n: int, patience: int, every: int) -
             return t
         start, w = s + 1, 1
     return n
+
+
+_CAPACITY = Cause("the model's capacity or the data limit this loss", 0.3)
+"""plateau's last cause, whatever else it finds."""
 
 
 class PlateauRule(LossBlockRule):
@@ -398,36 +403,38 @@ class PlateauRule(LossBlockRule):
         _gs, gv = self.ctx.recent("grad_norm", pos, 50)
         g = small_median(gv.tolist()) if gv.shape[0] else None  # (= median(gv): 50 values)
         severity = severity_override or cfg.severity
-        causes: list[tuple[str, float]] = []
+        # the causes come in ranked order (confidence never rises down the list): built as they
+        # are, with no sort
+        causes: list[Cause] = []
         fixes: list[str] = []
         at_floor = lr is not None and peak > 0 and lr <= cfg.lr_floor_ratio * peak
         spread = self._spread(pos) if which == "train" else None
         if at_floor:
             severity = cfg.floor_severity
-            causes.append(((f"the LR is at its floor ({fmt(lr)}, peak {fmt(peak)}): the schedule "
-                           "is exhausted and the run has converged for it"), 0.8))
+            causes.append(Cause((f"the LR is at its floor ({fmt(lr)}, peak {fmt(peak)}): the "
+                                 "schedule is exhausted and the run has converged for it"), 0.8))
             fixes.append("Stop here, or continue with a new schedule (a higher LR) if the "
                          "loss should go lower")
         if g is not None and g < cfg.grad_low:
-            causes.append((f"vanishing gradients: the grad norm is only {fmt(g)}", 0.7))
+            causes.append(Cause(f"vanishing gradients: the grad norm is only {fmt(g)}", 0.7))
             fixes.append("Check for saturated activations and missing normalisation or "
                          "residual connections")
         elif g is not None and g <= cfg.grad_high and not at_floor:
             noisy = spread is not None and spread > NOISY_SPREAD
             if noisy:
-                causes.append(((f"a noisy loss: its points scatter {pct(spread)} around their "
-                               "level; the LR may be too high to settle near the minimum, or "
-                               "the batch too small"), 0.5))
+                causes.append(Cause((f"a noisy loss: its points scatter {pct(spread)} around "
+                                     "their level; the LR may be too high to settle near the "
+                                     "minimum, or the batch too small"), 0.5))
                 fixes.append("Lower the LR 2-10x (or decay it sooner), or raise the batch size "
                              "(gradient accumulation)")
-            causes.append(((f"the learning rate is too low: the grad norm is healthy ({fmt(g)}) "
-                           "but updates are too small"), 0.5 if noisy else 0.7))
+            causes.append(Cause((f"the learning rate is too low: the grad norm is healthy "
+                                 f"({fmt(g)}) but updates are too small"), 0.5 if noisy else 0.7))
             fixes.append("Raise the learning rate 2-10x (or use an LR range test)")
         elif g is not None and g > cfg.grad_high:
-            causes.append(((f"noisy updates: the grad norm is large ({fmt(g)}), the LR may be "
-                           "too high to settle or the batch too small"), 0.5))
+            causes.append(Cause((f"noisy updates: the grad norm is large ({fmt(g)}), the LR may "
+                                 "be too high to settle or the batch too small"), 0.5))
             fixes.append("Lower the LR or raise the batch size")
-        causes.append(("the model's capacity or the data limit this loss", 0.3))
+        causes.append(_CAPACITY)
         fixes.append("ReduceLROnPlateau-style: lower the LR 10x when this fires (if not at "
                      "the floor), or stop early")
         name = "val_loss" if which == "val" else "The loss"
@@ -449,4 +456,4 @@ class PlateauRule(LossBlockRule):
         if spread is not None:
             evidence["loss_spread"] = r6(spread)
         return self.alert(pos=pos, severity=severity, step=step, time=time, metric=metric,
-                          message=message, evidence=evidence, causes=causes, fixes=fixes)
+                          message=message, evidence=evidence, causes=tuple(causes), fixes=fixes)

@@ -10,7 +10,8 @@ from __future__ import annotations
 import math
 
 from trainwatch.humanize import fmt_duration
-from trainwatch.rules.base import Context, Frame, Hit, Points, Rule, fmt, r6
+from trainwatch.rules.alert import Cause
+from trainwatch.rules.base import Context, Frame, Hit, Points, Rule, fmt, r6, rank_causes
 from trainwatch.rules.episode import ESCALATE, START_ESCALATED
 from trainwatch.rules.models import SpikeConfig, StepTimeConfig
 from trainwatch.rules.spike_detector import SpikeDetector, SpikeEvent
@@ -68,7 +69,7 @@ class SpikeRule(Rule):
         raise NotImplementedError
 
     def _alert(self, f: Points, ev: SpikeEvent, message: str, evidence: dict[str, object],
-               causes: list[tuple[str, float]], fixes: list[str]) -> Hit:
+               causes: tuple[Cause, ...], fixes: tuple[str, ...]) -> Hit:
         """The hit at the event's point (its step, time and record)."""
         i = ev.index
         return self.alert(pos=int(f.pos[i]), severity=self._severity(ev), step=int(f.steps[i]),
@@ -82,6 +83,26 @@ def _why(ev: SpikeEvent, name: str, cfg: SpikeConfig) -> str:
     if ev.severe:
         return f"{name} is {fmt(ev.value / ev.early_max)}x its early maximum {fmt(ev.early_max)}"
     return ""
+
+
+_LOSS_CAUSES = [
+    ("a bad or unusual batch (corrupt or mislabelled samples, an outlier sequence)", 0.5),
+    ("the learning rate is too high for this phase (peak LR or warm-up too short)", 0.4),
+    ("fp16 loss-scale instability", 0.15),
+]
+_LOSS_RANKED = {
+    False: rank_causes(_LOSS_CAUSES),
+    True: rank_causes([*_LOSS_CAUSES, ("the run left its stable regime (not a one-off batch)", 0.6)]),
+}
+"""loss_spike's causes (ranked once), by whether the loss stays high (escalated, not severe)."""
+_LOSS_GRAD_FIRST = 0.7
+"""Confidence of "the gradient norm spiked first": above every other cause of a loss spike."""
+_CLIP = "Clip gradients: torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)"
+_LOSS_FIXES = (
+    "Lower the peak learning rate or lengthen the warm-up",
+    ("Skip a batch whose loss is far above the running median (OLMo/PaLM-style spike "
+     "skipping), or rewind to a checkpoint before the spike"),
+)
 
 
 class LossSpikeRule(SpikeRule):
@@ -100,25 +121,14 @@ class LossSpikeRule(SpikeRule):
         lead = self._lead(ev, step, f.name)
         why = _why(ev, "the loss", cfg)
         message = f"{lead}{'; ' + why if why else ''}."
-        causes = [
-            ("a bad or unusual batch (corrupt or mislabelled samples, an outlier sequence)", 0.5),
-            ("the learning rate is too high for this phase (peak LR or warm-up too short)", 0.4),
-            ("fp16 loss-scale instability", 0.15),
-        ]
-        if g is not None:
-            causes.append(((f"an unstable update: the gradient norm spiked first (step {g}); "
-                           "LR too high or no gradient clipping"), 0.7))
-        fixes = [
-            f"Log the sample ids of the batch at step {step} and inspect them",
-            "Clip gradients: torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)",
-            "Lower the peak learning rate or lengthen the warm-up",
-            ("Skip a batch whose loss is far above the running median (OLMo/PaLM-style spike "
-             "skipping), or rewind to a checkpoint before the spike"),
-        ]
-        if g is not None:  # an unstable update: clipping comes first
-            fixes.insert(0, fixes.pop(1))
-        if ev.kind in (ESCALATE, START_ESCALATED) and not ev.severe:
-            causes.append(("the run left its stable regime (not a one-off batch)", 0.6))
+        causes = _LOSS_RANKED[ev.kind in (ESCALATE, START_ESCALATED) and not ev.severe]
+        inspect = f"Log the sample ids of the batch at step {step} and inspect them"
+        if g is None:
+            fixes = (inspect, _CLIP, *_LOSS_FIXES)
+        else:  # an unstable update: the likeliest cause, and clipping comes first
+            causes = (Cause((f"an unstable update: the gradient norm spiked first (step {g}); "
+                             "LR too high or no gradient clipping"), _LOSS_GRAD_FIRST), *causes)
+            fixes = (_CLIP, inspect, *_LOSS_FIXES)
         return self._alert(f, ev, message, ev_d, causes, fixes)
 
     @staticmethod
@@ -128,6 +138,19 @@ class LossSpikeRule(SpikeRule):
         return (f"The {name} spiked to {fmt(ev.value)} at step {step} "
                 f"({fmt(ev.value / ev.median) if ev.median else 'inf'}x the median {fmt(ev.median)}, "
                 f"robust z {fmt(ev.z)})")
+
+
+_GRAD_CAUSES = rank_causes([
+    ("the learning rate is too high (or warm-up too short)", 0.6),
+    ("no gradient clipping, or a clipping threshold that is too loose", 0.5),
+    ("a bad batch (extreme inputs, mislabelled samples)", 0.35),
+    ("numerical instability: fp16 overflow, exploding attention logits", 0.25),
+])
+_GRAD_FIXES = (
+    _CLIP,
+    "Lower the learning rate (2-10x) or lengthen the warm-up",
+    "Use bf16 instead of fp16, or QK-layernorm / z-loss for large transformers",
+)
 
 
 class GradExplosionRule(SpikeRule):
@@ -152,19 +175,21 @@ class GradExplosionRule(SpikeRule):
         evidence = self._evidence(f, ev)
         if lr is not None:
             evidence["lr"] = r6(lr)
-        causes = [
-            ("the learning rate is too high (or warm-up too short)", 0.6),
-            ("no gradient clipping, or a clipping threshold that is too loose", 0.5),
-            ("a bad batch (extreme inputs, mislabelled samples)", 0.35),
-            ("numerical instability: fp16 overflow, exploding attention logits", 0.25),
-        ]
-        fixes = [
-            "Clip gradients: torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)",
-            "Lower the learning rate (2-10x) or lengthen the warm-up",
-            "Use bf16 instead of fp16, or QK-layernorm / z-loss for large transformers",
-            f"Inspect the batch at step {step}",
-        ]
-        return self._alert(f, ev, f"{lead}{'; ' + why if why else ''}.", evidence, causes, fixes)
+        fixes = (*_GRAD_FIXES, f"Inspect the batch at step {step}")
+        return self._alert(f, ev, f"{lead}{'; ' + why if why else ''}.", evidence, _GRAD_CAUSES,
+                           fixes)
+
+
+_STEP_TIME_CAUSES = rank_causes([
+    ("the data loader stalled (slow storage, too few workers)", 0.5),
+    ("a pause inside the step: garbage collection, a checkpoint or an eval", 0.4),
+    ("another process competing for the GPU or CPU", 0.3),
+])
+_STEP_TIME_FIXES = (
+    "Raise DataLoader num_workers, set pin_memory=True and persistent_workers=True",
+    "Move checkpoint and eval work out of the timed step",
+    "Check nvidia-smi / top for other processes",
+)
 
 
 class StepTimeOutlierRule(SpikeRule):
@@ -192,14 +217,5 @@ class StepTimeOutlierRule(SpikeRule):
         else:
             message = (f"Step {step} took {dur}, {fmt(ev.value / ev.median) if ev.median else 'inf'}x "
                        f"the median {fmt_duration(ev.median) if math.isfinite(ev.median) else '-'}.")
-        causes = [
-            ("the data loader stalled (slow storage, too few workers)", 0.5),
-            ("a pause inside the step: garbage collection, a checkpoint or an eval", 0.4),
-            ("another process competing for the GPU or CPU", 0.3),
-        ]
-        fixes = [
-            "Raise DataLoader num_workers, set pin_memory=True and persistent_workers=True",
-            "Move checkpoint and eval work out of the timed step",
-            "Check nvidia-smi / top for other processes",
-        ]
-        return self._alert(f, ev, message, self._evidence(f, ev), causes, fixes)
+        return self._alert(f, ev, message, self._evidence(f, ev), _STEP_TIME_CAUSES,
+                           _STEP_TIME_FIXES)

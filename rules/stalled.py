@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from trainwatch.rules.base import Context, Frame, Hit, Points, Rule, fmt, r6
+from trainwatch.rules.alert import Cause
+from trainwatch.rules.base import Context, Frame, Hit, Points, Rule, fmt, r6, rank_causes
 from trainwatch.rules.models import StalledConfig
 
 
@@ -24,6 +25,43 @@ def run_lengths(values: np.ndarray, prev: float | None, prev_len: int) -> np.nda
     idx = np.arange(n)
     last_new = np.maximum.accumulate(np.where(new, idx, -1))
     return np.where(last_new < 0, prev_len + idx + 1, idx - last_new + 1)
+
+
+_ZERO_CAUSES = rank_causes([
+    ("the loss is computed on an empty selection (everything masked, all targets = ignore_index)",
+     0.5),
+    ("labels leak into the inputs, so the task is trivial", 0.4),
+    ("the loss is multiplied by 0 or clamped (a zero loss weight)", 0.4),
+])
+_ZERO_FIXES = ("Print one batch's inputs, targets and mask, and the loss terms",
+               "Check the loss weights and the ignore_index / masking logic")
+_NO_GRAD, _GRAD_ZERO, _GRAD_MOVES = 0, 1, 2
+"""What the gradient norm says about a flat, non-zero loss: not logged, exactly 0, non-zero."""
+
+
+def _flat_causes(lr_zero: bool, grad: int) -> tuple[Cause, ...]:
+    causes = [("the logged value is stale (a variable logged outside the training loop)", 0.3)]
+    if lr_zero:
+        causes.append(("the learning rate is 0", 0.9))
+    if grad == _GRAD_ZERO:
+        causes.append((("no gradient reaches the parameters: they are frozen "
+                        "(requires_grad=False) or the loss is detached"), 0.8))
+    elif grad == _GRAD_MOVES:
+        causes.append((("gradients exist but the parameters do not move: the optimizer holds "
+                        "other parameters than the model's, or step() is never called"), 0.7))
+    else:
+        causes.append((("the parameters do not move: LR 0, frozen parameters, or an optimizer "
+                        "not attached to the model"), 0.6))
+    return rank_causes(causes)
+
+
+_FLAT_CAUSES = {(z, g): _flat_causes(z, g) for z in (False, True)
+                for g in (_NO_GRAD, _GRAD_ZERO, _GRAD_MOVES)}
+"""The causes of a flat non-zero loss, ranked once, by (the LR is 0, the gradient norm)."""
+_FLAT_FIXES = (("Print optimizer.param_groups[0]['lr'] and "
+                "sum(p.requires_grad for p in model.parameters())"),
+               ("Check that the optimizer was built from model.parameters() after any model "
+                "surgery, and that optimizer.step() runs every step"))
 
 
 class LearningStalledRule(Rule):
@@ -159,12 +197,7 @@ class LearningStalledRule(Rule):
         when = f"since step {since}" if since is not None else f"for {n} points"
         if zero:
             message = f"The loss has been exactly 0 {when} ({n} points): a loss or data bug."
-            causes = [(("the loss is computed on an empty selection (everything masked, all "
-                       "targets = ignore_index)"), 0.5),
-                      ("labels leak into the inputs, so the task is trivial", 0.4),
-                      ("the loss is multiplied by 0 or clamped (a zero loss weight)", 0.4)]
-            fixes = ["Print one batch's inputs, targets and mask, and the loss terms",
-                     "Check the loss weights and the ignore_index / masking logic"]
+            causes, fixes = _ZERO_CAUSES, _ZERO_FIXES
         else:
             lr = self.ctx.latest("lr", pos)
             g = self.ctx.latest("grad_norm", pos)
@@ -172,24 +205,9 @@ class LearningStalledRule(Rule):
                              "grad_norm": r6(g) if g is not None else None})
             message = (f"The loss has been exactly {fmt(value)} {when} ({n} points): nothing is "
                        f"learning.")
-            causes = [(("the logged value is stale (a variable logged outside the training "
-                       "loop)"), 0.3)]
-            if lr is not None and lr <= 0:
-                causes.append(("the learning rate is 0", 0.9))
-            if g is not None and g == 0:
-                causes.append((("no gradient reaches the parameters: they are frozen "
-                               "(requires_grad=False) or the loss is detached"), 0.8))
-            elif g is not None:
-                causes.append((("gradients exist but the parameters do not move: the optimizer "
-                               "holds other parameters than the model's, or step() is never "
-                               "called"), 0.7))
-            else:
-                causes.append((("the parameters do not move: LR 0, frozen parameters, or an "
-                               "optimizer not attached to the model"), 0.6))
-            fixes = [("Print optimizer.param_groups[0]['lr'] and "
-                     "sum(p.requires_grad for p in model.parameters())"),
-                     ("Check that the optimizer was built from model.parameters() after any "
-                     "model surgery, and that optimizer.step() runs every step")]
+            grad = _NO_GRAD if g is None else _GRAD_ZERO if g == 0 else _GRAD_MOVES
+            causes = _FLAT_CAUSES[lr is not None and lr <= 0, grad]
+            fixes = _FLAT_FIXES
         return self.alert(pos=pos, severity=cfg.severity, step=step, time=float(f.times[i]),
                           metric=f.name, message=message, evidence=evidence, causes=causes,
                           fixes=fixes)

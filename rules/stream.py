@@ -22,7 +22,8 @@ from bisect import bisect_left
 import numpy as np
 
 from trainwatch.humanize import fmt_duration
-from trainwatch.rules.base import Context, Frame, Hit, Rule
+from trainwatch.rules.alert import Cause
+from trainwatch.rules.base import Context, Frame, Hit, Rule, rank_causes
 from trainwatch.rules.models import StreamConfig
 from trainwatch.rules.stats import median
 
@@ -38,6 +39,24 @@ def _without(gap: np.ndarray, end: int, skip: list[int], w: int) -> np.ndarray:
     if skip[-1] == len(skip) - 1 or end - skip[-1] - 1 >= w:
         return gap[skip[-1] + 1:end]
     return np.delete(gap[:end], skip)
+
+
+def _ranked_causes(ended: bool) -> tuple[Cause, ...]:
+    return rank_causes([
+        (("a hang: a collective waiting on a dead or slow rank (NCCL), or a dead data-loader "
+          "worker"), 0.4),
+        ("the process crashed or was killed (OOM killer, preemption)", 0.5 if not ended else 0.1),
+        ("a long pause: a checkpoint to slow storage, a long evaluation",
+         0.3 if not ended else 0.5),
+    ])
+
+
+_CAUSES = {ended: _ranked_causes(ended) for ended in (False, True)}
+"""stalled_stream's causes, ranked once, by whether the stream went on after the gap."""
+_FIXES = ("Check the process (ps, nvidia-smi) and the end of console.log",
+          "py-spy dump --pid PID shows where a hung process is stuck",
+          ("Give collectives a timeout (init_process_group(timeout=...)) so a hang becomes an "
+           "error"))
 
 
 class StalledStreamRule(Rule):
@@ -269,16 +288,7 @@ class StalledStreamRule(Rule):
         else:
             message = (f"No new record for {fmt_duration(silence)} after step {step}{usual}: the "
                        "run has stalled, hung or died.")
-        causes = [(("a hang: a collective waiting on a dead or slow rank (NCCL), or a dead "
-                   "data-loader worker"), 0.4),
-                  ("the process crashed or was killed (OOM killer, preemption)",
-                   0.5 if not ended else 0.1),
-                  ("a long pause: a checkpoint to slow storage, a long evaluation", 0.3 if not
-                   ended else 0.5)]
-        fixes = ["Check the process (ps, nvidia-smi) and the end of console.log",
-                 "py-spy dump --pid PID shows where a hung process is stuck",
-                 ("Give collectives a timeout (init_process_group(timeout=...)) so a hang "
-                 "becomes an error")]
+        causes, fixes = _CAUSES[bool(ended)], _FIXES
         evidence = {"last_record_time": last_time, "silence_s": round(silence, 3),
                     "limit_s": round(lim, 3),
                     "median_gap_s": round(med, 4) if math.isfinite(med) else None}

@@ -20,10 +20,31 @@ from collections import deque
 import numpy as np
 
 from trainwatch.humanize import fmt_duration
-from trainwatch.rules.base import Context, Frame, Hit, Points, Rule, fmt, pct, r6
+from trainwatch.rules.alert import Cause
+from trainwatch.rules.base import Context, Frame, Hit, Points, Rule, fmt, pct, r6, rank_causes
 from trainwatch.rules.blocks import Blocks, BlockStream, drive
 from trainwatch.rules.models import ThroughputConfig
 from trainwatch.rules.stats import median_sorted, small_median, windows
+
+
+def _ranked_causes(growing: bool) -> tuple[Cause, ...]:
+    causes = [(("other processes share the CPU or GPU (another job, a busy node), or thermal "
+                "throttling"), 0.4 if growing else 0.6),
+              (("data loading became the bottleneck (slower storage, a new shard, too few "
+                "workers)"), 0.4),
+              ("the batch composition changed (longer sequences, larger images)", 0.2)]
+    if growing:
+        causes.append((("memory is growing too: allocator churn, swapping, or a retained graph"),
+                       0.5))
+    return rank_causes(causes)
+
+
+_CAUSES = {growing: _ranked_causes(growing) for growing in (False, True)}
+"""throughput_drop's causes, ranked once, by whether memory grows too."""
+_FIXES = (("Check what else runs on the machine (top, nvidia-smi): other processes, clocks, "
+           "temperature"),
+          "Compare data time and compute time per step (profile one step)",
+          "Raise DataLoader num_workers / prefetch_factor")
 
 
 class ThroughputDropRule(Rule):
@@ -182,18 +203,7 @@ class ThroughputDropRule(Rule):
                    and small_median(mem[-4:].tolist()) > 1.1 * small_median(mem[:4].tolist()))
         # nothing in the run itself moved with the drop (no memory growth; a growing graph is
         # state_detach's, checked before): the likeliest cause is outside the run
-        causes = [(("other processes share the CPU or GPU (another job, a busy node), or "
-                   "thermal throttling"), 0.4 if growing else 0.6),
-                  (("data loading became the bottleneck (slower storage, a new shard, too few "
-                   "workers)"), 0.4),
-                  ("the batch composition changed (longer sequences, larger images)", 0.2)]
-        if growing:
-            causes.append((("memory is growing too: allocator churn, swapping, or a retained "
-                           "graph"), 0.5))
-        fixes = [("Check what else runs on the machine (top, nvidia-smi): other processes, "
-                  "clocks, temperature"),
-                 "Compare data time and compute time per step (profile one step)",
-                 "Raise DataLoader num_workers / prefetch_factor"]
+        causes, fixes = _CAUSES[bool(growing)], _FIXES
         return self.alert(pos=pos, severity=cfg.severity, step=step, time=float(b.time[i]),
                           metric=name, message=message, evidence=evidence, causes=causes,
                           fixes=fixes)

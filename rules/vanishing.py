@@ -8,7 +8,7 @@ from collections import deque
 
 import numpy as np
 
-from trainwatch.rules.base import Context, Frame, Hit, Points, Rule, fmt, r6
+from trainwatch.rules.base import Context, Frame, Hit, Points, Rule, fmt, r6, rank_causes
 from trainwatch.rules.blocks import Blocks, BlockStream, shared_blocks
 from trainwatch.rules.models import VanishingConfig
 from trainwatch.rules.stats import min_max
@@ -213,17 +213,8 @@ class GradVanishingRule(Rule):
         self.active = True
         pos, step = int(gb.pos[i]), int(gb.step[i])
         zero = med == 0.0
-        causes = [("saturating activations (sigmoid/tanh) or dead ReLUs stop the gradient", 0.5),
-                  ("a deep network without normalisation or residual connections", 0.4),
-                  ("the weights or the LR collapsed (LR ~0, too much weight decay)", 0.3)]
-        if zero:
-            causes.insert(0, (("no gradient reaches the parameters: the loss is detached "
-                              "(.detach(), .item(), torch.no_grad) or the parameters are frozen"),
-                              0.8))
-        fixes = [("Check that the loss is built from the model's outputs without .detach() and "
-                 "that parameters have requires_grad=True"),
-                 "Use ReLU/GELU, residual connections and LayerNorm/BatchNorm",
-                 "Check the initialisation (Kaiming/Xavier) and the LR schedule"]
+        causes = _CAUSES[bool(zero)]
+        fixes = _FIXES
         message = (f"The gradient norm has fallen to {fmt(med)} ({fmt(med / self.peak) if self.peak else 0}x "
                    f"its peak {fmt(self.peak)} at step {self.peak_step}) while the loss is not "
                    f"improving.")
@@ -234,6 +225,21 @@ class GradVanishingRule(Rule):
                           metric=frame.roles.get("grad_norm"), message=message,
                           evidence=evidence, causes=causes, fixes=fixes)
 
+
+_CAUSES_LOW = [("saturating activations (sigmoid/tanh) or dead ReLUs stop the gradient", 0.5),
+               ("a deep network without normalisation or residual connections", 0.4),
+               ("the weights or the LR collapsed (LR ~0, too much weight decay)", 0.3)]
+_CAUSES = {
+    False: rank_causes(_CAUSES_LOW),
+    True: rank_causes([(("no gradient reaches the parameters: the loss is detached (.detach(), "
+                         ".item(), torch.no_grad) or the parameters are frozen"), 0.8),
+                       *_CAUSES_LOW]),
+}
+"""grad_vanishing's causes, ranked once, by whether the gradient norm is exactly 0."""
+_FIXES = (("Check that the loss is built from the model's outputs without .detach() and that "
+           "parameters have requires_grad=True"),
+          "Use ReLU/GELU, residual connections and LayerNorm/BatchNorm",
+          "Check the initialisation (Kaiming/Xavier) and the LR schedule")
 
 _FEW = 256
 """Most blocks (or points) a frame's quiet check takes in Python floats (a 12k-point frame's

@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 
 _SUFFIXES = ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
+_G_SPECS = {sig: f".{sig}g" for sig in range(1, 4)}
+"""Format specs of :func:`fmt_num`'s fast path (``sig`` <= 3: its results stay below 1k)."""
 
 
 def _trim(mantissa: str) -> str:
@@ -34,6 +36,19 @@ def fmt_num(x: float | None, sig: int = 3) -> str:
     if x is None:
         return "-"
     x = float(x)
+    a = -x if x < 0 else x
+    if 1e-3 <= a < 1e3 and 0 < sig <= 3:
+        # The usual case, in one format call: "g" writes a value in [1e-3, 1e3) in plain
+        # notation without trailing zeros, exactly what the general path below returns, unless it
+        # rounds up to 10**sig or more (then it writes an exponent: left to the general path).
+        s = format(a, _G_SPECS[sig])
+        if "e" not in s:
+            return "-" + s if x < 0 else s
+    return _fmt_general(x, sig)
+
+
+def _fmt_general(x: float, sig: int) -> str:
+    """:func:`fmt_num` of a float, any magnitude."""
     if math.isnan(x):
         return "nan"
     if math.isinf(x):
