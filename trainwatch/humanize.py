@@ -37,7 +37,7 @@ def fmt_num(x: float | None, sig: int = 3) -> str:
         return "-"
     x = float(x)
     a = -x if x < 0 else x
-    if 1e-3 <= a < 1e3 and 0 < sig <= 3:
+    if 1e-3 <= a < 1e3 and 0 < sig <= 3:  # (NaN fails both comparisons: general path)
         # The usual case, in one format call: "g" writes a value in [1e-3, 1e3) in plain
         # notation without trailing zeros, exactly what the general path below returns, unless it
         # rounds up to 10**sig or more (then it writes an exponent: left to the general path).
