@@ -44,7 +44,6 @@ def test_fmt_num_fast_path_matches_the_general_formatting(sig: int) -> None:
     want = [reference_fmt_num(v, sig) for v in vals]
     bad = [(v, g, w) for v, g, w in zip(vals, got, want) if g != w]
     assert not bad, bad[:10]
-    assert [_fmt_general(float(v), sig) for v in vals[:3000]] == want[:3000]
 
 
 def test_fmt_num_takes_numpy_and_int_values_like_floats() -> None:
