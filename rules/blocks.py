@@ -257,11 +257,12 @@ def drive(n: int, ready: Callable[[], bool], fast: Callable[[int, int], int],
 
 def shared_blocks(ctx: Context, frame: Frame, role: str, k: int, *,
                   noise: bool = True, lazy: bool = False) -> Blocks:
-    """The blocks of ``role`` completed in this frame, computed once for every rule that asks
-    (the stream's state lives in the context and restarts with it at a rewind). With
-    ``noise=False`` the blocks carry no MAD or noise level (cheaper, for rules that read only the
-    medians); with ``lazy=True`` they are computed at their first read (see
-    :class:`BlockStream`)."""
+    """The blocks of ``role`` completed in this frame, computed once for every rule that asks with
+    the same ``k``, ``noise`` and ``lazy`` (one stream per combination: a lazy and an eager
+    stream of the same window compute their medians twice; the stream's state lives in the
+    context and restarts with it at a rewind). With ``noise=False`` the blocks carry no MAD or
+    noise level (cheaper, for rules that read only the medians); with ``lazy=True`` the MAD and
+    noise are computed at their first read (see :class:`BlockStream`)."""
     key = (role, k, noise, lazy)
     cached = ctx.shared.get(("frame", key))
     if cached is not None and cached[0] is frame:

@@ -48,18 +48,11 @@ def block_jumps(prev: float | None, med: np.ndarray) -> np.ndarray:
     return out
 
 
-def scatter_at(jumps: np.ndarray, end: int) -> float:
+def scatter_at_list(jumps: list[float], end: int) -> float:
     """The between-block noise of the block whose own jump is ``jumps[end - 1]`` (the jumps
     before ``end``, the last ``SCATTER_BLOCKS`` of them, at least ``_MIN_JUMPS``; else 0): one
-    value of :func:`block_scatter`, for a rule that needs it at a few blocks only."""
-    if end < _MIN_JUMPS:
-        return 0.0
-    return small_median(jumps[max(0, end - SCATTER_BLOCKS):end].tolist()) * _JUMP_TO_SIGMA
-
-
-def scatter_at_list(jumps: list[float], end: int) -> float:
-    """:func:`scatter_at` on the jumps as Python floats (the per-block reference reads them so:
-    no numpy call per block)."""
+    value of :func:`block_scatter`, for the blocks the rule reads it at. The jumps are Python
+    floats (the per-block path reads them so: no numpy call per block)."""
     if end < _MIN_JUMPS:
         return 0.0
     return small_median(jumps[max(0, end - SCATTER_BLOCKS):end]) * _JUMP_TO_SIGMA
@@ -68,7 +61,9 @@ def scatter_at_list(jumps: list[float], end: int) -> float:
 def block_scatter(prev: float | None, jumps: np.ndarray, med: np.ndarray
                   ) -> tuple[np.ndarray, np.ndarray]:
     """The between-block noise of each block median in ``med``, relative to its level, and the
-    jumps to carry to the next call.
+    jumps to carry to the next call: the definition, block by block (the rule reads it at the
+    few blocks that need it: :func:`scatter_at_list`, :func:`scatter_of`; tests hold those to
+    this).
 
     A block's jump is ``|m - m_prev| / |m_prev|`` (none for the first block of a segment); its
     scatter is 1.0484 x the median of its own and the previous jumps, ``SCATTER_BLOCKS`` at most,
@@ -88,7 +83,7 @@ def block_scatter(prev: float | None, jumps: np.ndarray, med: np.ndarray
 
 
 def scatter_of(jumps: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """:func:`scatter_at` at each of ``ends``, vectorised."""
+    """:func:`scatter_at_list` at each of ``ends``, vectorised."""
     out = np.zeros(ends.shape[0])
     full = ends >= SCATTER_BLOCKS
     if full.any():
@@ -181,10 +176,10 @@ class DivergenceRule(LossBlockRule):
         block before the frame, its block medians), None once they are: a frame with no block
         that may rise reads none (a short file checked whole: never)."""
         self._jump0 = 0
-        """Where in ``_jumps`` the jumps of the frame's first block end (see scatter_at)."""
+        """Where in ``_jumps`` the jumps of the frame's first block end (see scatter_at_list)."""
         self._last: list[float] = []
         """The last LEVEL_BLOCKS - 1 block medians of the segment (the last one is the block
-        before the next frame's first, for block_scatter too)."""
+        before the next frame's first: its jump starts from it)."""
         self._level = np.empty(0)
         """The level (see block_levels) at each block of the frame being driven: what the best
         is the lowest of."""

@@ -232,9 +232,13 @@ class LrExhaustedRule(CalmFrames, Rule):
 
     def _keep_loss(self, lb: Blocks, lo: int = 0) -> None:
         """Add the loss blocks from ``lo`` on to the history, when it is next read."""
-        if len(lb) - lo >= (self.loss_hist.maxlen or 0):  # they alone fill the history
+        keep = self.loss_hist.maxlen or 1
+        if len(lb) - lo >= keep:  # they alone fill the history
             self._new_loss.clear()
         self._new_loss.append((lb, lo))
+        # each note holds a block at least, and only the last ``keep`` blocks stay: a live
+        # stream of one-record frames that never folds must not grow the list for ever
+        del self._new_loss[:-keep]
         if not self.fast:  # (the reference adds them at once)
             self._fold_loss()
 

@@ -35,6 +35,9 @@ class LrPeak:
 
     _KEEP = 64
     """Frames whose LR points are kept at most (then their highest is taken)."""
+    _BIG = 256
+    """Points past which a frame's highest is taken at once (one reduction is cheap next to
+    the frame's other work; live frames are a few points)."""
 
     def __init__(self) -> None:
         self.peak = 0.0
@@ -61,7 +64,9 @@ class LrPeak:
         pts = frame.role("lr")
         if pts is not None and len(pts):
             self._pending.append(pts)
-            if len(self._pending) >= self._KEEP:
+            # a big frame is settled at once: its points may be views into a whole joined
+            # backlog (trainwatch.batch.concat_batches), which 64 of them would keep alive
+            if len(self._pending) >= self._KEEP or len(pts) > self._BIG:
                 self._settle()
 
 

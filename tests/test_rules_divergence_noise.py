@@ -79,7 +79,6 @@ def test_a_flat_loss_with_correlated_noise_rarely_diverges(monkeypatch) -> None:
     # rule before), nearly every one of them "diverged"
     import trainwatch.rules.divergence as dv
 
-    monkeypatch.setattr(dv, "scatter_at", lambda j, e: 0.0)
     monkeypatch.setattr(dv, "scatter_at_list", lambda j, e: 0.0)
     monkeypatch.setattr(dv, "scatter_of", lambda j, e: np.zeros(e.shape[0]))
     monkeypatch.setattr(dv, "block_levels", lambda p, m: m.copy())
@@ -109,16 +108,15 @@ def test_a_loss_flat_at_zero_does_not_diverge() -> None:
 
 @pytest.mark.parametrize("seed", range(3))
 def test_scatter_at_a_block_is_block_scatters(seed: int) -> None:
-    """The rule reads the scatter at a few blocks (scatter_at, or scatter_at_list block by block)
-    or several (scatter_of): each value is block_scatter's for the same block, to the bit."""
-    from trainwatch.rules.divergence import block_jumps, scatter_at, scatter_at_list, scatter_of
+    """The rule reads the scatter at a few blocks (scatter_at_list, block by block) or several
+    (scatter_of): each value is block_scatter's for the same block, to the bit."""
+    from trainwatch.rules.divergence import block_jumps, scatter_at_list, scatter_of
 
     rng = np.random.default_rng(10 + seed)
     med = 1.0 + 0.1 * rng.standard_normal(60)
     med[7] = 0.0
     whole, _j = block_scatter(None, np.empty(0), med)
     jumps = block_jumps(None, med)  # (block k's own jump ends at k: none for block 0)
-    assert [scatter_at(jumps, k) for k in range(60)] == whole.tolist()
     assert [scatter_at_list(jumps.tolist(), k) for k in range(60)] == whole.tolist()
     ends = rng.integers(0, 60, 25)
     assert scatter_of(jumps, ends).tolist() == whole[ends].tolist()
