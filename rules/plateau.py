@@ -25,50 +25,9 @@ from trainwatch.rules.alert import Cause
 from trainwatch.rules.base import Context, Frame, Hit, Points, fmt, fmt3, pct, r6
 from trainwatch.rules.blocks import Blocks, LossBlockRule, shared_blocks
 from trainwatch.rules.evals import EvalPool
+from trainwatch.rules.lr_peak import LrPeak
 from trainwatch.rules.models import PlateauConfig
 from trainwatch.rules.stats import improving, median, noise_sd, small_median
-
-
-class LrPeak:
-    """The highest LR seen so far (at or before a record). The frames' highest are taken when an
-    alert asks (most frames never do), from the LR points kept until then."""
-
-    _KEEP = 64
-    """Frames whose LR points are kept at most (then their highest is taken)."""
-    _BIG = 256
-    """Points past which a frame's highest is taken at once (one reduction is cheap next to
-    the frame's other work; live frames are a few points)."""
-
-    def __init__(self) -> None:
-        self.peak = 0.0
-        self._pending: list[Points] = []
-        """The LR points of the frames since the peak was last brought up to date."""
-
-    def _settle(self) -> None:
-        for pts in self._pending:
-            v = pts.finite().values
-            if v.shape[0]:
-                self.peak = max(self.peak, float(v.max()))
-        self._pending.clear()
-
-    def at(self, frame: Frame, pos: int) -> float:
-        self._settle()
-        pts = frame.role("lr")
-        if pts is None or not len(pts):
-            return self.peak
-        fin = pts.finite()  # (cached on the frame's points: other rules ask for it too)
-        k = int(np.searchsorted(fin.pos, pos, side="right"))
-        return max(self.peak, float(fin.values[:k].max())) if k else self.peak
-
-    def end_frame(self, frame: Frame) -> None:
-        pts = frame.role("lr")
-        if pts is not None and len(pts):
-            self._pending.append(pts)
-            # a big frame is settled at once: its points may be views into a whole joined
-            # backlog (trainwatch.batch.concat_batches), which 64 of them would keep alive
-            if len(self._pending) >= self._KEEP or len(pts) > self._BIG:
-                self._settle()
-
 
 _LEVEL_DIFF = math.sqrt(1.0 + 0.449)
 """Standard error of a level (the median of 3 block medians: variance 0.449 of one for normal

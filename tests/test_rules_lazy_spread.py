@@ -106,7 +106,7 @@ def test_lr_peak_taken_when_asked_is_the_highest_lr_before_the_record(
     """plateau's LR peak keeps the frames' LR points and takes their highest only when an alert
     asks (and every few frames): the peak at a record is that of every finite LR before it."""
     from trainwatch.rules.base import Frame
-    from trainwatch.rules.plateau import LrPeak
+    from trainwatch.rules.lr_peak import LrPeak
 
     monkeypatch.setattr(LrPeak, "_KEEP", 3)
     rng = np.random.default_rng(5)
