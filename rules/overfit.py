@@ -103,20 +103,15 @@ class OverfitRule(Rule):
         ks = np.searchsorted(b.pos, val.pos, side="right").tolist() if len(b) else None
         meds = b.med.tolist()
         pool = self.pool
-        sparse = pool.dense is False  # (then the pool passes each evaluation through)
         for i, (v, pos, step) in enumerate(zip(val.values.tolist(), val.pos.tolist(),
                                                val.steps.tolist())):
             k = ks[i] if ks is not None else 0
             if k:
                 self.train_now = meds[k - 1]
-            if sparse:
-                hit = self._eval(frame, val, i, v, pos, step)
-            else:
-                judged = pool.push(v, step)
-                sparse = pool.dense is False
-                if judged is None:
-                    continue
-                hit = self._eval(frame, val, i, judged[0], pos, judged[1])
+            judged = pool.push(v, step)  # dense evaluations are judged pooled
+            if judged is None:
+                continue
+            hit = self._eval(frame, val, i, judged[0], pos, judged[1])
             if hit is not None:
                 hits.append(hit)
         if len(b):
@@ -129,13 +124,7 @@ class OverfitRule(Rule):
         vals = self.vals
         vals.append(v)
         self.steps.append(step)
-        if len(vals) >= 3:  # (the median of three by comparisons: this runs at every evaluation)
-            lo, hi = vals[-3], vals[-2]
-            if lo > hi:
-                lo, hi = hi, lo
-            m = lo if v < lo else min(v, hi)
-        else:
-            m = small_median(vals)
+        m = small_median((vals[-3], vals[-2], v) if len(vals) >= 3 else vals)
         if self.best_m is None or m < self.best_m:
             self.best_m = m
         if self.best is None or v < self.best:

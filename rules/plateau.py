@@ -293,17 +293,12 @@ class PlateauRule(LossBlockRule):
         count, best, best_step = self.v_count, self.v_best, self.v_best_step
         wait, rearm = self.v_wait, self.v_rearm_below
         pool = self.v_pool
-        sparse = pool.dense is False  # (then the pool passes each evaluation through)
         for i, (x0, step0, pos) in enumerate(zip(pts.values.tolist(), pts.steps.tolist(),
                                                  pts.pos.tolist())):
-            if sparse:
-                x, step = x0, step0
-            else:
-                judged = pool.push(x0, step0)  # dense evaluations are judged pooled
-                sparse = pool.dense is False
-                if judged is None:
-                    continue
-                x, step = judged
+            judged = pool.push(x0, step0)  # dense evaluations are judged pooled
+            if judged is None:
+                continue
+            x, step = judged
             recent.append(x)
             count += 1
             if count % 4 == 1:  # the noise estimate is refreshed every 4 evaluations

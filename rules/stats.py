@@ -62,7 +62,9 @@ def small_median(xs: Sequence[float]) -> float:
     """Median of a short Python sequence (a few values): no numpy call overhead."""
     v = sorted(xs)
     n = len(v)
-    return (v[(n - 1) // 2] + v[n // 2]) * 0.5
+    if n % 2:
+        return float(v[n // 2])  # (= (x + x) * 0.5 for every x that does not overflow doubled)
+    return (v[n // 2 - 1] + v[n // 2]) * 0.5
 
 
 def median(x: np.ndarray) -> float:
@@ -223,10 +225,15 @@ def trend(x: np.ndarray, y: np.ndarray, min_rho: float = -1.0) -> tuple[float, f
     if rho < min_rho:
         return math.nan, rho, math.nan
     slope = theil_sen(x, y)
+    return slope, rho, relative_growth(slope, x, y)
+
+
+def relative_growth(slope: float, x: np.ndarray, y: np.ndarray) -> float:
+    """``slope`` times the window's x-span, over the window's median level (a rise from a level
+    of 0 is infinite growth)."""
     level = abs(median(y))
     span = float(x[-1] - x[0]) if x.shape[0] else 0.0
-    growth = slope * span / level if level > 0 else (math.inf if slope > 0 else 0.0)
-    return slope, rho, float(growth)
+    return float(slope * span / level if level > 0 else (math.inf if slope > 0 else 0.0))
 
 
 def improving(values: Sequence[float], min_tau: float, min_drop: float) -> bool:
