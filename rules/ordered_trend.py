@@ -23,7 +23,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from trainwatch.rules.stats import median, spearman, theil_sen
+from trainwatch.rules.stats import relative_growth, spearman, theil_sen
 
 
 @lru_cache(maxsize=16)
@@ -135,7 +135,4 @@ def trend_in_order(x: np.ndarray, y: np.ndarray, min_rho: float = -1.0,
     if rho < min_rho:
         return math.nan, rho, math.nan
     slope = theil_sen_in_order(x, y)
-    level = abs(median(y))
-    span = float(x[-1] - x[0]) if x.shape[0] else 0.0
-    growth = slope * span / level if level > 0 else (math.inf if slope > 0 else 0.0)
-    return slope, rho, float(growth)
+    return slope, rho, relative_growth(slope, x, y)
