@@ -328,11 +328,8 @@ def _first_in_row(det: SpikeDetector, x: np.ndarray, A: np.ndarray, R: int, off:
             rest.append(j)
             continue
         tried += 1
-        # every point before x[j] taken as accepted: its recent level is the median of the
-        # recent_points values before it in A (fewer at the start of the baseline); the jump
-        # test is the detector's _jumps, written out
-        a = R + j
-        if v - small_median(A[max(0, a - k):a].tolist()) >= js * (v - med):
+        # (the detector's _jumps, written out: a method call per point costs more than it)
+        if v - _recent_at(A, R + j, k) >= js * (v - med):
             return j
     return _first_jump(det, x, A, R, rest, med) if rest else -1
 
@@ -345,19 +342,27 @@ def _first_jump(det: SpikeDetector, x: np.ndarray, A: np.ndarray, R: int, pts: l
     k, js = det.cfg.recent_points, det.cfg.jump_share
     if len(pts) <= _FEW_JUMPS:
         for j, v in zip(pts, x[pts].tolist()):
-            a = R + j
-            if v - small_median(A[max(0, a - k):a].tolist()) >= js * (v - med):
+            if v - _recent_at(A, R + j, k) >= js * (v - med):
                 return j
         return -1
     cj = np.array(pts)
+    hit = det._jumps(x[cj], _recent_levels(A, R, cj, k), med).nonzero()[0]
+    return int(cj[hit[0]]) if hit.shape[0] else -1
+
+
+def _recent_at(A: np.ndarray, a: int, k: int) -> float:
+    """The recent level of the point at ``A[a]``, every point before it taken as accepted: the
+    median of the ``k`` values before it (fewer at the start of the baseline)."""
+    return small_median(A[max(0, a - k):a].tolist())
+
+
+def _recent_levels(A: np.ndarray, R: int, cj: np.ndarray, k: int) -> np.ndarray:
+    """:func:`_recent_at` of the points ``x[cj]`` (at ``A[R + cj]``), as one array."""
     st = R + cj - k
     if int(st[0]) >= 0:
-        recent = median_sorted(np.sort(windows(A, k)[st], axis=1))
-    else:  # fewer accepted points than that (a recent_points above min_points)
-        recent = np.array([small_median(A[max(0, a):a + k].tolist()) for a in st.tolist()])
-    xv = x[cj]
-    hit = (xv - recent >= js * (xv - med)).nonzero()[0]
-    return int(cj[hit[0]]) if hit.shape[0] else -1
+        return median_sorted(np.sort(windows(A, k)[st], axis=1))
+    # fewer accepted points than that (a recent_points above min_points)
+    return np.array([small_median(A[max(0, a):a + k].tolist()) for a in st.tolist()])
 
 
 def _first_in_rows(det: SpikeDetector, x: np.ndarray, A: np.ndarray, R: int, off: int,
@@ -390,14 +395,7 @@ def _first_in_rows(det: SpikeDetector, x: np.ndarray, A: np.ndarray, R: int, off
     pz = (z >= det.cfg.z_threshold).nonzero()[0]
     if not pz.shape[0]:
         return m
-    # every point before x[j] taken as accepted: its recent level is the median of the
-    # recent_points values before it in A
-    k = det.cfg.recent_points
     cj = ci[pz]
-    st = R + cj - k
-    if int(st[0]) >= 0:
-        recent = median_sorted(np.sort(windows(A, k)[st], axis=1))
-    else:  # fewer accepted points than that (a recent_points above min_points)
-        recent = np.array([small_median(A[max(0, a):a + k].tolist()) for a in st.tolist()])
-    hit = det._jumps(x[cj], recent, med_r[ri[pz]]).nonzero()[0]
+    hit = det._jumps(x[cj], _recent_levels(A, R, cj, det.cfg.recent_points),
+                     med_r[ri[pz]]).nonzero()[0]
     return int(cj[hit[0]]) if hit.shape[0] else m
