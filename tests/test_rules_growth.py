@@ -193,23 +193,18 @@ def _judged_as_memory_growth(run: dict, monkeypatch: pytest.MonkeyPatch) -> None
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-@pytest.mark.parametrize(("at", "factor"), [(1000, 2.0), (1030, 2.0), (1000, 1.3)])
-def test_load_arriving_during_a_leak_is_memory_growth(seed: int, at: int, factor: float,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(("rate", "at", "factor"), [
     # memory_growth judges its first rising window (about steps 920-1120) with the load
     # arrived inside it: the step time steps up there, rank-correlated with memory
-    run = _leak(seed, 2e-4)
-    _load(run, at, None, factor)
-    _judged_as_memory_growth(run, monkeypatch)
-
-
-@pytest.mark.parametrize("seed", SEEDS)
-@pytest.mark.parametrize(("at", "factor"), [(1040, 1.6), (1080, 1.3)])
-def test_load_step_during_a_fast_leak_is_memory_growth(seed: int, at: int, factor: float,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    (2e-4, 1000, 2.0), (2e-4, 1030, 2.0), (2e-4, 1000, 1.3),
     # a leak fast enough (1.5 % over 30 steps) for the short joint-ramp windows to judge it,
     # and load arriving while they do
-    run = _leak(seed, 5e-4)
+    (5e-4, 1040, 1.6), (5e-4, 1080, 1.3),
+])
+def test_load_arriving_during_a_leak_is_memory_growth(seed: int, rate: float, at: int,
+                                                      factor: float,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    run = _leak(seed, rate)
     _load(run, at, None, factor)
     _judged_as_memory_growth(run, monkeypatch)
 
