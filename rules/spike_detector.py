@@ -21,8 +21,10 @@ Definition, point by point (finite values only):
   restarts).
 
 The vectorised path (:mod:`trainwatch.rules.spike_pass`) applies this definition to many points
-at once; the same class run with ``vectorized=False`` is the point-by-point reference the tests
-compare against.
+at once, and a live frame of a few dozen points first goes through the quiet-frame path
+(:mod:`trainwatch.rules.spike_quiet`), which accepts on Python floats what cannot be anomalous;
+the same class run with ``vectorized=False`` is the point-by-point reference the tests compare
+against.
 """
 
 from __future__ import annotations
@@ -35,18 +37,22 @@ import numpy as np
 from trainwatch.rules.episode import Episode
 from trainwatch.rules.models import SpikeConfig
 from trainwatch.rules.spike_pass import PassOutcome, optimistic_pass
+from trainwatch.rules.spike_quiet import accept_quiet
 from trainwatch.rules.stats import MAD_TO_SIGMA, mad_sorted, median_sorted, small_median
 
 _MAX_SPAN = 4096
 """The most points one vectorised pass is given."""
 _POINTWISE = 8
 """Up to this many points, an update goes point by point (no fixed cost of a pass)."""
+_QUIET = 64
+"""Up to this many points, an update first accepts what cannot be anomalous on Python floats
+(:func:`~trainwatch.rules.spike_quiet.accept_quiet`): a live frame, quiet nearly always."""
 _RUN_HEAD = 16
 """Points of an anomalous run looked at one by one before the rest is tested as an array."""
 _NO_INDEX = np.empty(0, dtype=np.int64)
 _NONE = np.empty(0)
-"""The empty ring, window and block history of a fresh baseline: one read-only array shared by
-every detector (three per run), as the state is replaced, never written in place."""
+"""The empty ring and window of a fresh baseline: one read-only array shared by every detector
+(three per run), as the state is replaced, never written in place."""
 _NONE.flags.writeable = False
 _NO_INDEX.flags.writeable = False
 
@@ -115,8 +121,9 @@ class SpikeDetector:
         self._mad: float | None = None
         self.blk_e = 0.0
         """Largest relative deviation among accepted points since the last refresh."""
-        self.e_hist = _NONE
-        """Largest relative deviation of each of the last refresh blocks."""
+        self.e_hist: list[float] = []
+        """Largest relative deviation of each of the last refresh blocks (a few dozen at most: a
+        Python list, replaced, never changed in place)."""
         self.emax = 0.0
         """The tail guard's reference: the largest of ``e_hist``."""
 
@@ -170,10 +177,17 @@ class SpikeDetector:
         events: list[SpikeEvent] = []
         flagged: list[np.ndarray] = []
         i, m = 0, int(values.shape[0])
-        if not self.vectorized or m <= _POINTWISE:
+        if self.vectorized and m <= _QUIET:
+            # a live frame: nearly always nothing in it can be anomalous, which Python floats
+            # tell sooner than a pass (spike_quiet); the rest, if any, goes the usual way
+            xs = values.tolist()
+            i = accept_quiet(self, xs)
+            if i == m:
+                return events, _NO_INDEX
+        if not self.vectorized or m - i <= _POINTWISE:
             # the definition itself: for a few points (a live tail) cheaper than a pass
-            for i, (x, step) in enumerate(zip(values.tolist(), steps.tolist())):
-                self._point(x, step, i, events, flagged)
+            for j, (x, step) in enumerate(zip(values[i:].tolist(), steps[i:].tolist()), i):
+                self._point(x, step, j, events, flagged)
             m = 0
         span = _MAX_SPAN
         while i < m:
@@ -216,8 +230,8 @@ class SpikeDetector:
             self.early_max = max(self.early_max, x)
             self.early_n += 1
         if self.n_acc % self.K == 0:
-            self.e_hist = np.append(self.e_hist, self.blk_e)[-self.Lb:]
-            self.emax = float(self.e_hist.max())
+            self.e_hist = (self.e_hist + [self.blk_e])[-self.Lb:]
+            self.emax = max(self.e_hist)
             self.blk_e = 0.0
             if self.n_acc >= cfg.min_points:
                 self.ok = True

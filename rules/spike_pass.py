@@ -76,7 +76,7 @@ class PassOutcome:
     reached with ``min_points`` behind it; ``None`` when the pass reached no such boundary (the
     baseline stays). The pass that ends at a spike has taken the MAD of the spike's baseline to
     test it: the alert reads it again."""
-    e_hist: np.ndarray
+    e_hist: list[float]
     """Largest relative deviation of each of the last ``tail_window`` refresh blocks."""
     emax: float
     """The tail guard's reference: the largest of ``e_hist``."""
@@ -186,7 +186,7 @@ def optimistic_pass(det: SpikeDetector, x: np.ndarray) -> PassOutcome:
             c = over[up[over] >= thr[over]]
             cands = zip(c.tolist(), thr[c].tolist())
         else:
-            blocks = det.e_hist.tolist() + bm.tolist() if track else []
+            blocks = det.e_hist + bm.tolist() if track else []
             cands = _candidates(det, over.tolist(), up[over].tolist(), blocks)
         first = next(cands, None)
         if first is not None:
@@ -214,11 +214,9 @@ def optimistic_pass(det: SpikeDetector, x: np.ndarray) -> PassOutcome:
         if g >= g_ok:
             baseline = (win(g), float(meds[g]), mads.get(g))
         if track:
-            e_hist = (np.concatenate((det.e_hist, bm[:nr])) if det.e_hist.shape[0]
-                      else bm[:nr])[-det.Lb:]  # (dev is this pass's own: a view is safe)
-            # the bar of the last boundary: the largest of the last Lb block maxima (>= 0);
-            # (a Python max: e_hist holds a few dozen values at most)
-            emax = max(e_hist.tolist())
+            e_hist = (det.e_hist + bm[max(0, nr - det.Lb):nr].tolist())[-det.Lb:]
+            # the bar of the last boundary: the largest of the last Lb block maxima (>= 0)
+            emax = max(e_hist)
             blk_e = _dev(x, off + g * K, jstar, g + 1, med_r, den, dev, n_bad)
     elif jstar and track:
         blk_e = max(det.blk_e, _dev(x, 0, jstar, 0, med_r, den, dev, n_bad))
@@ -249,7 +247,7 @@ def _row_bar(det: SpikeDetector, blocks: list[float], r: int) -> float:
     if r == 0:
         e = det.emax
     else:  # boundary r - 1 sits at blocks[h + r - 1]
-        h = det.e_hist.shape[0]
+        h = len(det.e_hist)
         e = max(blocks[max(0, h + r - det.Lb):h + r])
     return max(det.r1, det.cfg.tail_guard * e)
 
@@ -260,7 +258,7 @@ def _row_bars(det: SpikeDetector, bm: np.ndarray, n_rows: int) -> np.ndarray:
         return np.full(n_rows, det.r1)
     thr = np.empty(n_rows)
     thr[0] = det.emax
-    thr[1:] = sliding_max(det.e_hist, bm, det.Lb)[: n_rows - 1]
+    thr[1:] = sliding_max(np.asarray(det.e_hist), bm, det.Lb)[: n_rows - 1]
     return np.maximum(det.r1, det.cfg.tail_guard * thr)
 
 

@@ -39,6 +39,8 @@ class SpikeRule(Rule):
         events, flagged = self.det.update(f.values + c if c else f.values, f.steps)
         if self.log_flagged and flagged.shape[0]:
             self.ctx.log(self.id).extend(f.pos[flagged].tolist(), f.steps[flagged].tolist())
+        if not events:  # (nearly every frame)
+            return []
         if c:
             events = [ev._replace(value=ev.value - c, median=ev.median - c,
                                   early_max=ev.early_max - c) for ev in events]
