@@ -12,6 +12,10 @@ from trainwatch.rules.alert import Cause
 from trainwatch.rules.base import Context, Frame, Hit, Points, Rule, fmt, r6, rank_causes
 from trainwatch.rules.models import StalledConfig
 
+_SMALL = 64
+"""Frames of at most this many loss points (live reads) are first tried with Python floats:
+a set and a min cost less than the numpy calls on arrays this short."""
+
 
 def run_lengths(values: np.ndarray, prev: float | None, prev_len: int) -> np.ndarray:
     """Length of the run of equal values ending at each point, continuing a carried run."""
@@ -67,11 +71,15 @@ _FLAT_FIXES = (("Print optimizer.param_groups[0]['lr'] and "
 class LearningStalledRule(Rule):
     id = "learning_stalled"
     fast = True
-    """Take a frame where no value repeats the one before it in a few array operations (tests
-    turn it off to compare)."""
+    """Take a frame where no value repeats the one before it in a few array operations (a live
+    frame of distinct values above 0 in a set and a min of Python floats); tests turn it off to
+    compare."""
 
     def __init__(self, cfg: StalledConfig, ctx: Context) -> None:
         super().__init__(cfg, ctx)
+        self._distinct = min(cfg.zero_points, cfg.constant_points)
+        """A frame whose values each differ from the one before cannot fire when both bars
+        are above 1."""
         self.rewind()
 
     def rewind(self) -> None:
@@ -87,14 +95,25 @@ class LearningStalledRule(Rule):
 
     def update(self, frame: Frame) -> list[Hit]:
         loss = frame.role("loss")
-        if loss is None or not len(loss):
+        if loss is None:
             return []
         f = loss.finite()
-        if not len(f):
+        v = f.values
+        m = v.shape[0]
+        if not m:
             return []
         cfg: StalledConfig = self.cfg
-        v = f.values
-        if (self.fast and min(cfg.zero_points, cfg.constant_points) > 1 and v[0] != self.prev
+        if self.fast and m <= _SMALL and self._distinct > 1:
+            # a live frame in Python floats: all values distinct (so none repeats the one
+            # before it) and above 0 is the usual frame, where only the non-zero run grows
+            vl = v.tolist()
+            if vl[0] != self.prev and len(set(vl)) == m and min(vl) > 0.0:
+                self.prev, self.prev_len, self.start_step = vl[-1], 1, int(f.steps[-1])
+                self.nonzero_run += m
+                if self.nonzero_run >= cfg.rearm_points:
+                    self.zero_armed = True
+                return []
+        if (self.fast and self._distinct > 1 and v[0] != self.prev
                 and not np.count_nonzero(v[1:] == v[:-1])):
             # no value repeats the one before it: every run has length 1, nothing can fire
             self.prev, self.prev_len, self.start_step = float(v[-1]), 1, int(f.steps[-1])

@@ -20,6 +20,49 @@ from trainwatch.rules.models import StragglerConfig
 from trainwatch.rules.stats import nan_median_of_others
 
 
+def median_of_others_full(a: np.ndarray) -> np.ndarray:
+    """:func:`~trainwatch.rules.stats.nan_median_of_others` of a 2-D array with no NaN and no
+    zero (every rank logged every step; step times and throughputs above 0), bit for bit, from
+    one sort of its rows and no ranking: each value has ``k - 1`` others, and with it left out
+    the sorted row's position ``q`` holds ``s[q + 1]`` if it sorted at or before ``q``, else
+    ``s[q]``; "at or before q" is ``a <= s[q]`` (where ``a == s[q]`` and it sorted after q, the
+    values between are all equal: either choice is the same number)."""
+    k = a.shape[1]
+    s = np.sort(a, axis=1)
+
+    def left_out(q: int) -> np.ndarray:
+        return np.where(a <= s[:, q:q + 1], s[:, q + 1:q + 2], s[:, q:q + 1])
+
+    if k == 1:  # (no others: as nan_median_of_others says it)
+        return np.full(a.shape, np.nan)
+    lo = left_out((k - 2) // 2)
+    if k % 2 == 0:  # an odd count of others: the middle one
+        return lo
+    out = lo + left_out((k - 1) // 2)
+    out /= 2.0
+    return out
+
+
+_ROLES: dict[tuple[int, frozenset[str]], tuple[RoleTable, str | None, str | None]] = {}
+"""(step time, throughput) series of a set of names, by role table (every rank's batches ask
+the same question: a role resolution costs tens of microseconds). Any thread: a lookup and a
+store are single dict operations; an entry holds its table, so the id in its key is not
+reused."""
+
+
+def _timing_series(table: RoleTable, names: frozenset[str]) -> tuple[str | None, str | None]:
+    """The series of the step time and of the throughput among ``names``."""
+    key = (id(table), names)
+    hit = _ROLES.get(key)
+    if hit is not None and hit[0] is table:
+        return hit[1], hit[2]
+    found = table.resolve(names)
+    if len(_ROLES) >= 256:
+        _ROLES.clear()
+    _ROLES[key] = (table, found.get("step_time"), found.get("throughput"))
+    return found.get("step_time"), found.get("throughput")
+
+
 class _RankState:
     def __init__(self) -> None:
         self.steps = np.empty(0, dtype=np.int64)
@@ -50,11 +93,10 @@ class RankStraggler:
         self.done_step = -1
 
     def _series(self, batch: RecordBatch) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-        found = self.roles.resolve(batch.series)
-        name = found.get("step_time")
+        name, thr = _timing_series(self.roles, frozenset(batch.series))
         inverted = False
         if name is None:
-            name, inverted = found.get("throughput"), True
+            name, inverted = thr, True
         if name is None:
             return None
         if self.inverted is None:
@@ -64,21 +106,27 @@ class RankStraggler:
         ch = batch.series[name]
         v = ch.values
         ok = np.isfinite(v) & (v > 0)
+        if ok.all():  # (the usual batch: no copies)
+            return ch.steps, 1.0 / v if inverted else v, ch.times
         vals = 1.0 / v[ok] if inverted else v[ok]
         return ch.steps[ok], vals, ch.times[ok]
 
     def feed(self, rank: int, batch: RecordBatch) -> list[Hit]:
         if batch.reset or batch.rewinds:
             self.reset()  # a restarted rank: comparisons start over for everyone
-        st = self.ranks.setdefault(rank, _RankState())
+        st = self.ranks.get(rank)
+        if st is None:
+            st = self.ranks[rank] = _RankState()
         got = self._series(batch)
         if got is not None and got[0].shape[0]:
             s, v, t = got
             keep = s > self.done_step
-            st.steps = np.concatenate([st.steps, s[keep]])
-            st.values = np.concatenate([st.values, v[keep]])
-            st.times = np.concatenate([st.times, t[keep]])
-            st.max_step = max(st.max_step, int(s[-1]))
+            if not keep.all():
+                s, v, t = s[keep], v[keep], t[keep]
+            st.steps = np.concatenate([st.steps, s])
+            st.values = np.concatenate([st.values, v])
+            st.times = np.concatenate([st.times, t])
+            st.max_step = max(st.max_step, int(got[0][-1]))
         if not self.live:
             return []  # compared at finish(), once every rank's file is in
         live = [s.max_step for s in self.ranks.values() if s.max_step >= 0]
@@ -106,28 +154,41 @@ class RankStraggler:
                 steps = steps[np.concatenate(([True], steps[1:] != steps[:-1]))]
             mat = np.full((steps.shape[0], len(ranks)), np.nan)
             tim = np.full_like(mat, np.nan)
+            full = True
             for j, r in enumerate(ranks):
                 st = self.ranks[r]
-                if np.array_equal(st.steps, steps):  # the usual case: every rank logged each step
-                    mat[:, j] = st.values
-                    tim[:, j] = st.times
+                # the usual case: the rank logged each step once (live, a rank ahead holds
+                # steps past the limit too)
+                m = st.steps.shape[0]
+                if m > steps.shape[0]:
+                    m = int(np.searchsorted(st.steps, limit, side="right"))
+                if m == steps.shape[0] and np.array_equal(st.steps[:m], steps):
+                    mat[:, j] = st.values[:m]
+                    tim[:, j] = st.times[:m]
                     continue
+                full = False
                 idx = np.minimum(np.searchsorted(st.steps, steps), st.steps.shape[0] - 1)
                 have = st.steps[idx] == steps  # first occurrence of each step the rank has
                 mat[have, j] = st.values[idx[have]]
                 tim[have, j] = st.times[idx[have]]
-            present = ~np.isnan(mat)
             # each rank against the median of the others, from one sort of the matrix
-            meds, n_others = nan_median_of_others(mat)
-            enough = present & (n_others >= cfg.min_ranks - 1)
+            if full:  # (no step missing: every value has them all, and no ranking is needed)
+                meds = median_of_others_full(mat)
+                enough = None  # (every value is compared: len(ranks) >= min_ranks)
+            else:
+                meds, n_others = nan_median_of_others(mat)
+                enough = ~np.isnan(mat) & (n_others >= cfg.min_ranks - 1)
             for j, r in enumerate(ranks):
-                use = enough[:, j]
-                if not use.any():
-                    continue
-                med = meds[use, j]
-                mine = mat[use, j]
-                hits.extend(self._episodes(r, self.ranks[r], steps[use], mine / med, mine, med,
-                                           tim[use, j], len(ranks)))
+                if enough is None:
+                    at: slice | np.ndarray = slice(None)
+                else:
+                    at = enough[:, j]
+                    if not at.any():
+                        continue
+                med = meds[at, j]
+                mine = mat[at, j]
+                hits.extend(self._episodes(r, self.ranks[r], steps[at], mine / med, mine, med,
+                                           tim[at, j], len(ranks)))
         for st in self.ranks.values():
             keep = st.steps > limit
             st.steps, st.values, st.times = st.steps[keep], st.values[keep], st.times[keep]

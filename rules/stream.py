@@ -28,6 +28,9 @@ from trainwatch.rules.models import StreamConfig
 from trainwatch.rules.stats import median
 
 _STARTS = ("run_start", "resume")
+_SMALL = 64
+"""Frames of at most this many records (live reads) are first tried with Python floats: a
+dozen comparisons cost less than the numpy calls on arrays this short."""
 
 
 def _without(gap: np.ndarray, end: int, skip: list[int], w: int) -> np.ndarray:
@@ -62,16 +65,28 @@ _FIXES = ("Check the process (ps, nvidia-smi) and the end of console.log",
 class StalledStreamRule(Rule):
     id = "stalled_stream"
     fast = True
-    """Without an end event in the frame or carried, skip the general end/restart bookkeeping;
-    when the invalid gaps are a few known rows (the usual case), no whole-frame masks (tests turn
-    it off to compare)."""
+    """A small frame that cannot fire (:meth:`_quiet`, the usual live read) only joins a run of
+    record times; without an end event in the frame or carried, skip the general end/restart
+    bookkeeping; when the invalid gaps are a few known rows (the usual case), no whole-frame
+    masks (tests turn it off to compare)."""
 
     def __init__(self, cfg: StreamConfig, ctx: Context) -> None:
         super().__init__(cfg, ctx)
         self.last_time: float | None = None
         self.last_step = 0
         self.last_pos = 0
-        self.gaps = np.empty(0)
+        self._gaps = np.empty(0)
+        """The last ``gap_window`` valid gaps, up to the start of ``_run``."""
+        self._run: list[float] = []
+        """Record times after ``_gaps`` whose successive differences are all valid gaps, not
+        yet folded into ``_gaps`` (quiet small frames only extend it: see :meth:`_quiet`)."""
+        self._tail: Frame | None = None
+        """The last frame taken by :meth:`_quiet`, whose last record ``last_step`` and
+        ``last_pos`` are not yet read from (see :meth:`_settle`)."""
+        self._acting = frozenset((*cfg.end_events, *_STARTS))
+        self._memo: tuple[np.ndarray, float, float] | None = None
+        """(``_gaps``, its limit and median) as :meth:`_current_limit` last computed them."""
+        """Event names that end or restart the stream (other events leave it running)."""
         self.finished = False
         self.announced = False
         """A start event was seen: this writer promises a ``run_end`` (framework logs never do)."""
@@ -86,7 +101,69 @@ class StalledStreamRule(Rule):
         """A record arrived at or after ``watch_start``: the log is live, not a backlog."""
 
     def rewind(self) -> None:
+        self._settle()
         self.last_time = None  # the gap before a resume is a restart
+
+    @property
+    def gaps(self) -> np.ndarray:
+        """The last ``gap_window`` valid gaps (the median's window, see :meth:`_limit`)."""
+        self._settle()
+        return self._gaps
+
+    def _settle(self) -> None:
+        """What :meth:`_quiet` left pending, done before anything reads the state: the run of
+        record times folded into ``_gaps`` (their differences, computed as the array path
+        computes them: bit for bit the same gaps), and the last record's step and position."""
+        tail = self._tail
+        if tail is not None:
+            self.last_step = int(tail.rec_steps[-1])
+            self.last_pos = int(tail.rec_pos[-1])
+            self._tail = None
+        run = self._run
+        if len(run) > 1:
+            a = np.array(run)
+            g = a[1:] - a[:-1]
+            w = self.cfg.gap_window
+            self._gaps = g[-w:] if g.shape[0] >= w else np.concatenate((self._gaps, g))[-w:]
+        run.clear()
+
+    def _quiet(self, frame: Frame, n: int) -> bool:
+        """A small frame that cannot fire, taken with Python floats: True when every record
+        time is finite and in order from the last one, the whole frame within ``min_seconds``
+        of it (so no gap exceeds it, and the limit is at least that), and no event ends or
+        restarts the stream. Its gaps are then all valid: the times join ``_run``."""
+        last = self.last_time
+        if last is None or self.finished:
+            return False
+        for ev in frame.events:
+            if ev.name in self._acting:
+                return False
+        tl = frame.rec_times.tolist()
+        # (sum: NaN or inf if any time is; sorted() and == could pass over a NaN)
+        if not (last <= tl[0] and tl[-1] - last <= self.cfg.min_seconds
+                and math.isfinite(sum(tl)) and (n == 1 or tl == sorted(tl))):
+            return False
+        run = self._run
+        if not run:
+            run.append(last)
+        run.extend(tl)
+        w = self.cfg.gap_window
+        if len(run) > 2 * w + 1:
+            # only the last w gaps can count: they are all in the run
+            del run[:-w - 1]
+            self._gaps = np.empty(0)
+        self.last_time = tl[-1]
+        self._tail = frame
+        return True
+
+    def _current_limit(self) -> tuple[float, float]:
+        """:meth:`_limit` of the gap history, remembered while the history is the same array (a
+        live tick asks every second; an idle or stalled run brings no record in between)."""
+        self._settle()
+        memo = self._memo
+        if memo is None or memo[0] is not self._gaps:  # (the history is replaced, never changed)
+            memo = self._memo = (self._gaps, *self._limit(self._gaps))
+        return memo[1], memo[2]
 
     def _limit(self, gaps: np.ndarray) -> tuple[float, float]:
         cfg: StreamConfig = self.cfg
@@ -101,6 +178,9 @@ class StalledStreamRule(Rule):
         n = int(t.shape[0])
         if n == 0:
             return []
+        if self.fast and n <= _SMALL and self._quiet(frame, n):
+            return []
+        self._settle()
         last = np.nan if self.last_time is None else self.last_time
         gap = np.empty(n)
         gap[0] = t[0] - last
@@ -147,10 +227,10 @@ class StalledStreamRule(Rule):
                 continue
             # the valid gaps before i: only the last gap_window count (see _limit)
             seg = _without(gap, i, bad[:bisect_left(bad, i)], w)
-            before = seg[-w:] if seg.shape[0] >= w else np.concatenate((self.gaps, seg))
+            before = seg[-w:] if seg.shape[0] >= w else np.concatenate((self._gaps, seg))
             self._judge(frame, i, gap, last, before, hits)
         keep = _without(gap, n, bad, w)
-        self.gaps = keep[-w:] if keep.shape[0] >= w else np.concatenate((self.gaps, keep))[-w:]
+        self._gaps = keep[-w:] if keep.shape[0] >= w else np.concatenate((self._gaps, keep))[-w:]
         return hits
 
     def _stalls_masked(self, frame: Frame, gap: np.ndarray, last: float, valid: np.ndarray
@@ -164,10 +244,10 @@ class StalledStreamRule(Rule):
             vg = gap[valid]
             vidx = valid.nonzero()[0]
             for i in cand.tolist():
-                self._judge(frame, i, gap, last, np.concatenate([self.gaps, vg[vidx < i]]), hits)
+                self._judge(frame, i, gap, last, np.concatenate([self._gaps, vg[vidx < i]]), hits)
         keep = gap if np.count_nonzero(valid) == n else gap[valid]
         w = cfg.gap_window
-        self.gaps = keep[-w:] if keep.shape[0] >= w else np.concatenate((self.gaps, keep))[-w:]
+        self._gaps = keep[-w:] if keep.shape[0] >= w else np.concatenate((self._gaps, keep))[-w:]
         return hits
 
     def _judge(self, frame: Frame, i: int, gap: np.ndarray, last: float, before: np.ndarray,
@@ -246,7 +326,7 @@ class StalledStreamRule(Rule):
         """A silence from ``since`` (the last record's arrival; default its own timestamp)."""
         if self.last_time is None or self.finished or self.reported_for == self.last_time:
             return []
-        lim, med = self._limit(self.gaps)
+        lim, med = self._current_limit()  # (settles last_step and last_pos too)
         silence = now - (self.last_time if since is None else since)
         if silence <= lim:
             return []
@@ -262,7 +342,7 @@ class StalledStreamRule(Rule):
             # file) ended before us: the header shows it as idle; only a silence that begins
             # while we watch, or a writer that promised a run_end, is a stall. Until a record
             # arrives while we watch, only the records' own clock can tell.
-            lim, _med = self._limit(self.gaps)
+            lim, _med = self._current_limit()
             if self.last_time + lim < self.watch_start:
                 return []
         return self._silence(now, at_end=False, since=self.last_arrival)

@@ -15,6 +15,7 @@ graph) points first at other processes sharing the CPU or GPU.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 
 import numpy as np
@@ -22,7 +23,8 @@ import numpy as np
 from trainwatch.humanize import fmt_duration
 from trainwatch.rules.alert import Cause
 from trainwatch.rules.base import Context, Frame, Hit, Points, Rule, fmt, pct, r6, rank_causes
-from trainwatch.rules.blocks import Blocks, BlockStream, drive
+from trainwatch.rules.blocks import Blocks, drive
+from trainwatch.rules.median_blocks import SHORT, MedianBlocks
 from trainwatch.rules.models import ThroughputConfig
 from trainwatch.rules.stats import median_sorted, small_median, windows
 
@@ -39,6 +41,11 @@ def _ranked_causes(growing: bool) -> tuple[Cause, ...]:
     return rank_causes(causes)
 
 
+_FEW = 32
+"""Blocks of a frame up to which Python's min and max beat numpy's (live frames hold one or
+two)."""
+
+
 _CAUSES = {growing: _ranked_causes(growing) for growing in (False, True)}
 """throughput_drop's causes, ranked once, by whether memory grows too."""
 _FIXES = (("Check what else runs on the machine (top, nvidia-smi): other processes, clocks, "
@@ -49,12 +56,14 @@ _FIXES = (("Check what else runs on the machine (top, nvidia-smi): other process
 
 class ThroughputDropRule(Rule):
     fast = True
-    """Take runs of quiet blocks in one vectorised step (tests turn it off to compare)."""
+    """Take a live frame's values as Python floats (:class:`MedianBlocks`), a frame's blocks
+    whose lowest is above the bar in one test, and runs of quiet blocks in one vectorised step
+    (tests turn it off to compare)."""
     id = "throughput_drop"
 
     def __init__(self, cfg: ThroughputConfig, ctx: Context) -> None:
         super().__init__(cfg, ctx)
-        self.blocks = BlockStream(cfg.window, noise=False)  # the medians are all it reads
+        self.blocks = MedianBlocks(cfg.window)  # the medians are all it reads
         self.rewind()
 
     def rewind(self) -> None:
@@ -77,21 +86,31 @@ class ThroughputDropRule(Rule):
         if pts is None and frame.roles.get("throughput") is None:
             pts = frame.role("step_time")
             inverted = True
-        if pts is None or not len(pts):
+        if pts is None:
             return []
-        f = pts.finite()
-        if inverted:
-            ok = f.values > 0
-            f = f.take(ok) if not ok.all() else f
-            f = Points(f.name, f.steps, 1.0 / f.values, f.times, f.pos)
-        b = self.blocks.push(f)
-        if not len(b):
+        m = pts.values.shape[0]
+        if not m:
             return []
-        hits: list[Hit] = []
-        meds = b.med.tolist()
-        i0 = self._filling(b.med, meds) if self.fast else 0
+        vl = pts.values.tolist() if self.fast and m <= SHORT else None
+        # a live frame whose values are all finite (and above 0 for step times; the usual
+        # frame) goes in as Python floats (a NaN or an inf makes the sum so, as an overflow
+        # does: the array path takes those frames)
+        if vl is not None and math.isfinite(sum(vl)) and (not inverted or min(vl) > 0.0):
+            meds = self.blocks.push_values([1.0 / x for x in vl] if inverted else vl, pts)
+        else:
+            f = pts.finite()
+            if inverted:
+                ok = f.values > 0
+                f = f.take(ok) if not ok.all() else f
+                f = Points(f.name, f.steps, 1.0 / f.values, f.times, f.pos)
+            meds = self.blocks.push(f, short=self.fast)
+        if not meds:
+            return []
+        i0 = self._filling(meds) if self.fast else 0
         if i0 == len(meds):
             return []
+        b = self.blocks.blocks()
+        hits: list[Hit] = []
 
         def slow(i: int) -> None:
             hit = self._block(b, i0 + i, meds[i0 + i], inverted, pts.name)
@@ -102,7 +121,7 @@ class ThroughputDropRule(Rule):
               lambda i, j: self._quiet_prefix(b.med[i0 + i:i0 + j]), slow)
         return hits
 
-    def _filling(self, med: np.ndarray, meds: list[float]) -> int:
+    def _filling(self, meds: list[float]) -> int:
         """Take leading blocks the quick way, as :meth:`_block` would: the warm-up's; then, with
         no episode under way, every block when none can be low (each block's reference is a
         median of earlier blocks, so at most their maximum: a frame whose lowest block is above
@@ -117,8 +136,15 @@ class ThroughputDropRule(Rule):
         if self.low or self.active or not ref or i == n:
             return i
         bar = 1.0 - cfg.drop
-        rest = med[i:]
-        if bar > 0 and float(rest.min()) > bar * max(float(rest.max()), max(ref)):
+        # (a live frame's few medians: min and max of the Python floats, without numpy's
+        # per-call cost; they are numpy's, as no median is NaN: finite values or inverses)
+        if n - i <= _FEW:
+            rest = meds[i:] if i else meds
+            lo, hi = min(rest), max(rest)
+        else:
+            med = self.blocks.blocks().med[i:]
+            lo, hi = float(med.min()), float(med.max())
+        if bar > 0 and lo > bar * max(hi, max(ref)):
             ref.extend(meds[i:])
             self.nblk += n - i
             return n

@@ -4,8 +4,10 @@ plain reference: delete the rank's column and take the NaN-median of what is lef
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from trainwatch.rules.stats import nan_median_of_others, nan_median_rows
+from trainwatch.rules.straggler import median_of_others_full
 
 
 def _reference(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -30,6 +32,18 @@ def test_median_of_the_others_equals_deleting_each_column() -> None:
         assert np.array_equal(n, n_ref)
         assert np.array_equal(got, ref, equal_nan=True), k
         assert np.isnan(got).any() and not np.isnan(got).all()
+
+
+def test_median_of_the_others_without_missing_values_needs_no_ranking() -> None:
+    # every rank logged every step: the same numbers, bit for bit, without the ranking
+    rng = np.random.default_rng(12)
+    for k in range(2, 10):
+        for scale in (1.0, 0.3):  # rounded: many ties; less rounded: few
+            a = np.round(rng.lognormal(0, scale, (500, k)), 1) + 0.1
+            a[rng.random(a.shape) < 0.01] = np.inf  # (1 / a subnormal throughput)
+            got = median_of_others_full(a)
+            ref, _n = nan_median_of_others(a)
+            assert got.tobytes() == ref.tobytes(), (k, scale)
 
 
 def test_a_value_is_compared_with_the_others_only() -> None:
@@ -71,8 +85,13 @@ def _per_step_reference(cols: dict[int, dict[int, float]], cfg) -> list[tuple[in
     return sorted(fired)
 
 
-def test_straggler_with_ranks_missing_steps_matches_a_per_step_reference() -> None:
-    from test_rules_data import parse_all
+@pytest.mark.parametrize(("missing", "live"), [(True, False), (False, False), (True, True),
+                                             (False, True)])
+def test_straggler_matches_a_per_step_reference(missing: bool, live: bool) -> None:
+    # ranks that skip or replay steps (missing values in the comparison), or that log them all;
+    # whole files (compared at the end), or small reads of each rank in turn (compared as the
+    # ranks reach each step: a rank ahead holds steps past the ones compared)
+    from test_rules_data import parse_all, parse_live
 
     from trainwatch.rules import RuleEngine, load_rules_config
 
@@ -83,8 +102,9 @@ def test_straggler_with_ranks_missing_steps_matches_a_per_step_reference() -> No
         cols, streams = {}, {}
         for r in range(int(rng.integers(3, 7))):
             steps = np.arange(1, 801)
-            steps = steps[rng.random(800) > 0.15]  # this rank skipped some steps
-            if r == 1:
+            if missing:
+                steps = steps[rng.random(800) > 0.15]  # this rank skipped some steps
+            if r == 1 and missing:
                 steps = np.sort(np.concatenate([steps, steps[100:103]]))  # a replayed step
             dt = 0.3 * rng.lognormal(0, 0.05, steps.shape[0])
             if r == trial % 3:
@@ -93,11 +113,21 @@ def test_straggler_with_ranks_missing_steps_matches_a_per_step_reference() -> No
             for s, d in zip(steps.tolist(), dt.tolist()):
                 cols[r].setdefault(s, d)  # the first value logged at a step counts
             streams[r] = _stream(steps, dt)
-        e = RuleEngine(cfg, live=False)
-        for r, data in streams.items():
-            for b in parse_all(data, f"metrics.rank{r}.jsonl"):
-                e.feed_rank(r, b)
-        got = sorted((a.step, a.evidence["rank"]) for a in e.finish(now=0.0))
+        e = RuleEngine(cfg, live=live)
+        if live:
+            feeds = {r: parse_live(data, seed=trial * 10 + r, max_lines=30,
+                                   source=f"metrics.rank{r}.jsonl")
+                     for r, data in streams.items()}
+            while any(feeds.values()):
+                for r, batches in feeds.items():
+                    if batches:
+                        e.feed_rank(r, batches.pop(0))
+        else:
+            for r, data in streams.items():
+                for b in parse_all(data, f"metrics.rank{r}.jsonl"):
+                    e.feed_rank(r, b)
+        e.finish(now=0.0)
+        got = sorted((a.step, a.evidence["rank"]) for a in e.alerts)
         ref = _per_step_reference(cols, cfg.rules["rank_straggler"])
         assert got == ref, trial
         checked += len(ref)
