@@ -57,8 +57,18 @@ def probe_hits(det: DetachConfig, probe: Episode, pts: Points) -> list[Hit]:
     carried across frames): an error when it says the state is attached."""
     if not len(pts):
         return []
+    attached = pts.values >= 0.5
+    # a probe that says attached from some point to the end of the frame (once the bug is in,
+    # every frame; a whole run read at once) is one run, which Episode.scan would find with a
+    # few more array passes: the same calls to the episode, without them
+    i0 = int(attached.argmax())
+    if attached[i0] and attached[i0:].all():
+        probe.normal(i0)
+        events = [(i0 + i, kind) for i, kind in probe.run(pts.steps[i0:])]
+    else:
+        events = probe.scan(pts.steps, attached)
     hits = []
-    for i, kind in probe.scan(pts.steps, pts.values >= 0.5):
+    for i, kind in events:
         if kind not in (START, START_ESCALATED):
             continue
         step = int(pts.steps[i])

@@ -26,7 +26,6 @@ from trainwatch.rules.episode import Episode
 from trainwatch.rules.growth import (
     Evals,
     Pushed,
-    TrendTrack,
     WindowRho,
     flat_from,
     joint_candidates,
@@ -39,6 +38,7 @@ from trainwatch.rules.growth_alerts import (
     trend_hit,
 )
 from trainwatch.rules.models import DetachConfig, MemoryConfig
+from trainwatch.rules.trend_track import TrendTrack
 
 _EMPTY = Points("", np.empty(0, dtype=np.int64), np.empty(0), np.empty(0),
                 np.empty(0, dtype=np.int64))
@@ -54,7 +54,7 @@ class GrowthAnalysis:
     def __init__(self, mem: MemoryConfig, det: DetachConfig, ctx: Context) -> None:
         self.mem, self.det, self.ctx = mem, det, ctx
         keep = max(mem.window, det.window)
-        self.time_track = TrendTrack(keep)
+        self.time_track = TrendTrack(keep, ranged=False)
         self.mem_track = TrendTrack(keep)
         self.graph_track = TrendTrack(det.graph_window)
         self.probe = Episode(rearm=10, cooldown=0)
@@ -260,14 +260,12 @@ class GrowthAnalysis:
             self.mem_fired = True
 
     def _probe(self, frame: Frame) -> list[Hit]:
-        pts = next((frame.metric(n) for n in self.det.probe_metrics
-                    if frame.metric(n) is not None), None)
-        return probe_hits(self.det, self.probe, _finite(pts))
+        pts = _first_series(frame, self.det.probe_metrics)
+        return [] if pts is None else probe_hits(self.det, self.probe, _finite(pts))
 
     def _graph_points(self, frame: Frame) -> Points | None:
         """The finite points of the first graph-size series the frame has."""
-        pts = next((frame.metric(n) for n in self.det.graph_metrics
-                    if frame.metric(n) is not None), None)
+        pts = _first_series(frame, self.det.graph_metrics)
         return None if pts is None else _finite(pts)
 
     def _graph_flat(self, graph: Points | None) -> bool:
@@ -277,6 +275,18 @@ class GrowthAnalysis:
             return True
         mm = self.graph_track.minmax_from(graph, 1, math.inf)
         return mm is None or (mm[0] > 0 and mm[1] - mm[0] < self.det.graph_min_growth / 2 * mm[0])
+
+
+def _first_series(frame: Frame, names: tuple[str, ...]) -> Points | None:
+    """The points of the first of ``names`` the frame has (a plain loop: this runs twice on
+    every frame, where a generator costs more than the lookups)."""
+    series = frame.series
+    for n in names:
+        pts = series.get(n)
+        if pts is not None:
+            return pts
+    return None
+
 
 def _finite(pts: Points | None) -> Points:
     return _EMPTY if pts is None or not len(pts) else pts.finite()

@@ -15,7 +15,6 @@ from test_rules_data import clean, engine_alerts, idx, of, parse_all, parse_live
 from trainwatch.rules import ConfigError, RuleEngine, growth_alerts, load_rules_config, memory
 from trainwatch.rules.base import Points
 from trainwatch.rules.growth import (
-    TrendTrack,
     WindowRho,
     flat_from,
     joint_candidates,
@@ -24,6 +23,7 @@ from trainwatch.rules.growth import (
 )
 from trainwatch.rules.rise_shape import LINE_VS_STEP, best_step, steady_rise
 from trainwatch.rules.stats import spearman, theil_sen
+from trainwatch.rules.trend_track import TrendTrack
 
 SEEDS = range(6)
 GROWTH_RULES = ("state_detach", "memory_growth")
@@ -253,7 +253,10 @@ def test_minmax_from_skips_only_the_warm_up() -> None:
             keep = [i for i in seen if i + 1 >= first_count or steps[i] >= first_step]
             got = track.minmax_from(pts, first_count, first_step)
             want = (vals[keep].min(), vals[keep].max()) if keep else None
-            assert got == want, (lo_i, first_count, first_step)
+            # (a positive range may count a few held points older than the last 25: wider,
+            # never narrower; see test_rules_trend_track)
+            assert (got == want if want is None or got is None
+                    else got[0] <= want[0] and got[1] >= want[1]), (lo_i, first_count, first_step)
         track.advance(pts)
 
 

@@ -36,10 +36,46 @@ def _cases(seed: int) -> list[tuple[str, np.ndarray, np.ndarray]]:
 def test_ordered_trend_is_bit_identical_to_the_general_one(seed: int) -> None:
     for name, x, y in _cases(seed):
         assert ot.spearman_in_order(x, y) == spearman(x, y), name
-        assert ot.theil_sen_in_order(x, y) == theil_sen(x, y), name
+        # (bits, not ==: a median of -0.0 where theil_sen gives 0.0 would show in the evidence)
+        assert _bits(ot.theil_sen_in_order(x, y)) == _bits(theil_sen(x, y)), name
         for min_rho in (-1.0, 0.6, 0.9):
             got, want = ot.trend_in_order(x, y, min_rho), trend(x, y, min_rho)
             assert np.array_equal(got, want, equal_nan=True), (name, min_rho, got, want)
+
+
+def _bits(v: float) -> bytes:
+    return np.float64(v).tobytes()
+
+
+@pytest.mark.parametrize("n", [64, 65, 200, 201])
+def test_long_windows_take_the_circular_slopes(n: int) -> None:
+    # no pair tables at or past _CIRCULAR_FROM points (only a zero median asks them which zero)
+    assert n >= ot._CIRCULAR_FROM
+    rng = np.random.default_rng(n)
+    x = 100.0 + 5 * np.arange(n)
+    y = np.round(1000 + np.cumsum(rng.normal(0.1, 1, n)), 1)
+    want = theil_sen(x, y)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(ot, "_pairs", None)
+        assert _bits(ot.theil_sen_in_order(x, y)) == _bits(want)
+    assert ot._circular_diffs(y, ot._scratch(n)[0]).shape[0] == n * (n - 1) // 2
+    # the same multiset of slopes, bit for bit, as the pairwise form
+    i, j = np.triu_indices(n, 1)
+    got = ot._circular_diffs(y, ot._scratch(n)[0]) / ot._circular_diffs(x, ot._scratch(n)[1])
+    assert np.array_equal(np.sort(got), np.sort((y[j] - y[i]) / (x[j] - x[i])))
+
+
+@pytest.mark.parametrize("n", [67, 200])
+def test_a_zero_median_slope_is_the_same_zero(n: int) -> None:
+    # half the circular slopes divide negated differences: 0 / -5 is -0.0, and a wave's median
+    # slope of 0 may be one of those; stats.theil_sen's is 0.0
+    x = 100.0 + 5 * np.arange(n)
+    y = np.round(np.sin(np.arange(n) / 7.0), 1) + 0.0  # (+ 0.0: no -0.0 values)
+    slopes = ot._circular_diffs(y, ot._scratch(n)[0])
+    slopes /= ot._circular_diffs(x, ot._scratch(n)[1])
+    if n == 67:  # (the case this test is about: without the check, -0.0)
+        assert np.signbit(ot._median(slopes))
+    assert _bits(ot.theil_sen_in_order(x, y)) == _bits(theil_sen(x, y)) == _bits(0.0)
 
 
 def test_partition_median_is_the_sorted_median() -> None:
