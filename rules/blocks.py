@@ -1,209 +1,20 @@
-"""Non-overlapping block medians of a stream: the smoothed signal the trend rules compare.
-
-Every ``k`` finite points make one block; its median (and MAD) is the block's value, stamped with
-the step, time and record of its last point. The block boundaries depend only on how many points
-came, so the blocks are the same however the stream was batched.
-
-Each block also carries the *noise level* of recent blocks: the relative standard error of a
-block median (1.2533 x 1.4826 x MAD / sqrt(k) / |median|), as the median over the last 8 blocks.
-Rules raise their "improved" / "rose" bars above it, so a noisy loss does not trip them by chance.
+"""Block medians of the train loss as the trend rules read them, one block at a time.
 
 Several rules smooth the loss with the same window: :func:`shared_blocks` computes a role's blocks
-once per frame and hands the same value to all of them. :class:`LossBlockRule` is the base of the
-rules that read the train loss's blocks one by one (``plateau``, ``divergence``): it drives them
-through the per-block reference and the vectorised quiet runs, and keeps the best block so far.
+(:mod:`~trainwatch.rules.block_stream`) once per frame and hands the same value to all of them.
+:class:`LossBlockRule` is the base of the rules that read the train loss's blocks one by one
+(``plateau``, ``divergence``): it drives them through the per-block reference and the vectorised
+quiet runs (:func:`drive`), and keeps the best block so far.
 """
 
 from __future__ import annotations
 
-import math
-from bisect import insort
 from collections.abc import Callable
 
 import numpy as np
 
-from trainwatch.rules.base import Context, Frame, Hit, Points, Rule
-from trainwatch.rules.stats import MAD_TO_SIGMA, windows
-
-NOISE_BLOCKS = 8
-"""Blocks the noise level is the median over."""
-_SE_MEDIAN = 1.2533
-"""Standard error of a median is about 1.2533 sigma / sqrt(n) for normal data."""
-
-
-class Blocks:
-    """The blocks one push completed: their medians, MADs, noise levels and the step, time and
-    record of each one's last point. A value: never changed once made (a lazy stream's MAD and
-    noise level are computed at their first read, see :class:`BlockStream`)."""
-
-    __slots__ = ("_mad", "_noise", "_spread", "med", "pos", "step", "time")
-
-    def __init__(self, med: np.ndarray, mad: np.ndarray | None, noise: np.ndarray | None,
-                 step: np.ndarray, time: np.ndarray, pos: np.ndarray,
-                 spread: _Spread | None = None) -> None:
-        self.med = med
-        self._mad = mad
-        self._noise = noise
-        self.step = step
-        self.time = time
-        self.pos = pos
-        self._spread = spread
-        """Computes the MAD and noise level (None once they are, or when they were given)."""
-
-    @property
-    def mad(self) -> np.ndarray:
-        """(empty when the stream computes no noise)"""
-        if self._mad is None:
-            self._read_spread()
-        return self._mad  # type: ignore[return-value]
-
-    @property
-    def noise(self) -> np.ndarray:
-        """Relative standard error of a block median, over the last NOISE_BLOCKS blocks (empty
-        when the stream computes no noise)."""
-        if self._noise is None:
-            self._read_spread()
-        return self._noise  # type: ignore[return-value]
-
-    def _read_spread(self) -> None:
-        assert self._spread is not None
-        self._mad, self._noise = self._spread.mad_noise()
-        self._spread = None
-
-    def __len__(self) -> int:
-        return int(self.med.shape[0])
-
-
-class _Spread:
-    """The MAD and noise level of a lazy stream's push, computed when first asked for, from the
-    push's sorted rows and the relative errors of the blocks before them."""
-
-    __slots__ = ("hist", "med", "rel", "rows", "se")
-
-    def __init__(self, se: float, rows: np.ndarray, med: np.ndarray, hist: np.ndarray) -> None:
-        self.se, self.rows, self.med, self.hist = se, rows, med, hist
-        self.rel: np.ndarray | None = None
-        """The blocks' relative errors, once computed."""
-
-    def mad_noise(self) -> tuple[np.ndarray, np.ndarray]:
-        mad, self.rel = mad_rel(self.se, self.rows, self.med)
-        return mad, rolling_noise(self.hist, self.rel)
-
-    def carry(self) -> np.ndarray:
-        """The relative errors of the last NOISE_BLOCKS - 1 blocks up to this push's last: the
-        next push's history (when no rule read this push's noise, of its last blocks alone)."""
-        w = NOISE_BLOCKS - 1
-        rel = self.rel
-        if rel is None:
-            rel = mad_rel(self.se, self.rows[-w:], self.med[-w:])[1]
-        return (np.concatenate((self.hist, rel)) if self.hist.shape[0] else rel)[-w:]
-
-
-def mad_rel(se: float, rows: np.ndarray, med: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The MAD of each sorted row whose median is ``med``, and the relative standard error of
-    the median, ``se`` x MAD / |median| (0 at a median of 0, and where it overflows)."""
-    k = rows.shape[1]
-    dev = rows - med[:, None]
-    np.abs(dev, out=dev)
-    dev.sort(axis=1)
-    mad = dev[:, (k - 1) // 2] + dev[:, k // 2]
-    mad *= 0.5
-    absmed = np.abs(med)
-    if absmed.min() > 0:
-        rel = se * mad / absmed
-    else:
-        rel = np.zeros(med.shape[0])
-        np.divide(se * mad, absmed, out=rel, where=absmed > 0)
-    if not np.isfinite(rel.sum()):  # (a huge MAD over a tiny median: treated as no noise)
-        rel[~np.isfinite(rel)] = 0.0
-    return mad, rel
-
-
-def rolling_noise(hist: np.ndarray, rel: np.ndarray) -> np.ndarray:
-    """Median of each block's and the previous NOISE_BLOCKS - 1 blocks' values (``rel``, with
-    the values of the blocks before it, ``hist``: fewer at a segment's start)."""
-    w = NOISE_BLOCKS
-    h = len(hist)
-    m = rel.shape[0]
-    seq = np.concatenate((hist, rel)) if h else rel
-    short = min(m, max(0, w - 1 - h))  # the first blocks after a reset
-    if not short:
-        rows = np.sort(windows(seq, w)[h - w + 1:], axis=1)
-        out = rows[:, (w - 1) // 2] + rows[:, w // 2]
-        out *= 0.5
-        return out
-    # (one sorted list grown a value at a time: a median per block for ~0.3 us, where a
-    # sort of each prefix cost ~1 us)
-    vals = seq[: h + short].tolist()
-    cur = sorted(vals[:h])
-    head = []
-    for x in vals[h:]:
-        insort(cur, x)
-        c = len(cur)
-        head.append((cur[(c - 1) // 2] + cur[c // 2]) * 0.5)
-    if short == m:
-        return np.array(head)
-    rows = np.sort(windows(seq, w)[h + short - w + 1:], axis=1)
-    rest = rows[:, (w - 1) // 2] + rows[:, w // 2]
-    rest *= 0.5
-    return np.concatenate((head, rest))
-
-
-class BlockStream:
-    def __init__(self, k: int, *, noise: bool = True, lazy: bool = False) -> None:
-        self.k = k
-        self.noise = noise
-        """Compute the blocks' MAD and noise level (a stream whose rules read only the medians
-        leaves them empty)."""
-        self.lazy = lazy
-        """Compute them when a rule first reads them, not at the push (for a rule that needs
-        them at a few blocks only, and often at none: a sort and a rolling median saved)."""
-        self.se = _SE_MEDIAN * MAD_TO_SIGMA / math.sqrt(k)
-        self.reset()
-
-    def reset(self) -> None:
-        self._v = np.empty(0)
-        """Values of the block under way (fewer than k): its last point is still to come, so
-        only the values are carried; step, time and record come from the point that ends it."""
-        self._rel = np.empty(0)
-        """Relative standard errors of the last NOISE_BLOCKS - 1 blocks (of a lazy stream, up to
-        the push before ``_pending``)."""
-        self._pending: _Spread | None = None
-        """A lazy stream's last push: its blocks' errors join ``_rel`` at the next push."""
-        self.count = 0
-        """Blocks completed since the last reset."""
-
-    def push(self, pts: Points) -> Blocks:
-        """Add finite points; returns the blocks they complete."""
-        k = self.k
-        c = self._v.shape[0]
-        v = np.concatenate((self._v, pts.values)) if c else pts.values
-        n = (v.shape[0] // k) * k
-        self._v = v[n:]
-        if n == 0:
-            return _EMPTY
-        rows = v[:n].reshape(-1, k)
-        rows = np.sort(rows, axis=1)
-        med = rows[:, (k - 1) // 2] + rows[:, k // 2]
-        med *= 0.5  # = median_sorted(rows), in place
-        nb = med.shape[0]
-        self.count += nb
-        # block j ends at the new point k - c - 1 + j k (the carried ones are fewer than k)
-        last = slice(k - c - 1, k - c - 1 + nb * k, k)
-        if not self.noise:
-            return Blocks(med, _NONE, _NONE, pts.steps[last], pts.times[last], pts.pos[last])
-        if self._pending is not None:
-            self._rel, self._pending = self._pending.carry(), None
-        if self.lazy:
-            self._pending = _Spread(self.se, rows, med, self._rel)
-            return Blocks(med, None, None, pts.steps[last], pts.times[last], pts.pos[last],
-                          self._pending)
-        mad, rel = mad_rel(self.se, rows, med)
-        noise = rolling_noise(self._rel, rel)
-        h = self._rel.shape[0]
-        self._rel = (np.concatenate((self._rel, rel)) if h else rel)[-(NOISE_BLOCKS - 1):]
-        return Blocks(med, mad, noise, pts.steps[last], pts.times[last], pts.pos[last])
-
+from trainwatch.rules.base import Context, Frame, Hit, Rule
+from trainwatch.rules.block_stream import EMPTY, Blocks, BlockStream
 
 _MAX_BACKOFF = 64
 MIN_FAST = 16
@@ -255,6 +66,18 @@ def drive(n: int, ready: Callable[[], bool], fast: Callable[[int, int], int],
         wait -= 1
 
 
+class _SharedStream:
+    """A role's block stream in the context, with the blocks it made for the frame it was last
+    pushed (every rule after the first gets those: one lookup, no tuple built per call)."""
+
+    __slots__ = ("blocks", "frame", "stream")
+
+    def __init__(self, stream: BlockStream) -> None:
+        self.stream = stream
+        self.frame: Frame | None = None
+        self.blocks = EMPTY
+
+
 def shared_blocks(ctx: Context, frame: Frame, role: str, k: int, *,
                   noise: bool = True, lazy: bool = False) -> Blocks:
     """The blocks of ``role`` completed in this frame, computed once for every rule that asks with
@@ -264,22 +87,15 @@ def shared_blocks(ctx: Context, frame: Frame, role: str, k: int, *,
     noise level (cheaper, for rules that read only the medians); with ``lazy=True`` the MAD and
     noise are computed at their first read (see :class:`BlockStream`)."""
     key = (role, k, noise, lazy)
-    cached = ctx.shared.get(("frame", key))
-    if cached is not None and cached[0] is frame:
-        return cached[1]
-    stream = ctx.shared.get(key)
-    if stream is None:
-        stream = ctx.shared[key] = BlockStream(k, noise=noise, lazy=lazy)
+    shared = ctx.shared.get(key)
+    if shared is None:
+        shared = ctx.shared[key] = _SharedStream(BlockStream(k, noise=noise, lazy=lazy))
+    elif shared.frame is frame:
+        return shared.blocks
     pts = frame.role(role)
-    b = stream.push(pts.finite()) if pts is not None and len(pts) else _EMPTY
-    ctx.shared[("frame", key)] = (frame, b)
+    b = shared.stream.push(pts.finite()) if pts is not None and len(pts) else EMPTY
+    shared.frame, shared.blocks = frame, b
     return b
-
-
-_NONE = np.empty(0)
-"""MAD and noise of the blocks of a stream that computes neither."""
-_EMPTY = Blocks(np.empty(0), np.empty(0), np.empty(0), np.empty(0, dtype=np.int64), np.empty(0),
-                np.empty(0, dtype=np.int64))
 
 
 class LossBlockRule(Rule):
@@ -321,11 +137,14 @@ class LossBlockRule(Rule):
     def _drive(self, frame: Frame, b: Blocks) -> list[Hit]:
         hits: list[Hit] = []
         n = len(b)
+        # (a lazy stream's noise is not read here: the rule reads it at the blocks that need it)
+        lazy = self.lazy_spread
         if n < self.min_fast:  # (drive takes them all one by one: without its per-block calls)
             block = self._block
-            for i, (med, noise, step) in enumerate(zip(b.med.tolist(), b.noise.tolist(),
-                                                       b.step.tolist())):
-                hit = block(frame, b, i, med, noise, step)
+            meds, steps = b.med.tolist(), b.step.tolist()
+            noises = [None] * n if lazy else b.noise.tolist()
+            for i in range(n):
+                hit = block(frame, b, i, meds[i], noises[i], steps[i])
                 if hit is not None:
                     hits.append(hit)
             return hits
@@ -333,7 +152,8 @@ class LossBlockRule(Rule):
 
         def slow(i: int) -> None:
             if not cols:
-                cols.extend((b.med.tolist(), b.noise.tolist(), b.step.tolist()))
+                cols.extend((b.med.tolist(), [None] * n if lazy else b.noise.tolist(),
+                             b.step.tolist()))
             meds, noises, steps = cols
             hit = self._block(frame, b, i, meds[i], noises[i], steps[i])
             if hit is not None:
@@ -348,9 +168,10 @@ class LossBlockRule(Rule):
         over."""
         return self.fast and self.best is not None and self.nblk >= self.cfg.warmup_windows
 
-    def _block(self, frame: Frame, b: Blocks, i: int, med: float, noise: float,
+    def _block(self, frame: Frame, b: Blocks, i: int, med: float, noise: float | None,
                step: int) -> Hit | None:
-        """Block ``i`` of ``b`` (its median, noise level and step given as Python numbers)."""
+        """Block ``i`` of ``b`` (its median, noise level and step given as Python numbers; the
+        noise None for a ``lazy_spread`` rule, which reads it from ``b`` where it needs it)."""
         raise NotImplementedError
 
     def _quiet_prefix(self, b: Blocks, i: int, j: int) -> int:

@@ -7,14 +7,18 @@ a row, is a warning; ``error_rise`` above the best, or past an absolute ``cap``,
 once. Runs of quiet blocks are taken in one vectorised step.
 
 The noise of a block median is the larger of two estimates: the standard error from the block's
-own spread (:mod:`~trainwatch.rules.blocks`), and the scatter *between* consecutive block medians
-(:func:`block_scatter`). The first assumes independent points; a loss whose points are correlated
-(a recurrent model carrying its state, a data order with structure) or that wanders around its
-level scatters from block to block several times more than that (3x on the demo's LSTM), and the
-best block, the lowest of many noisy ones, sits that much lower by luck: without the second
-estimate a flat noisy loss "diverged" from its luckiest block. For the same reason the best is
-taken over the median of each three consecutive blocks (:func:`block_levels`), not over single
-blocks.
+own spread (:mod:`~trainwatch.rules.block_stream`), and the scatter *between* consecutive block
+medians (:func:`~trainwatch.rules.block_levels.block_scatter`). The first assumes independent
+points; a loss whose points are correlated (a recurrent model carrying its state, a data order
+with structure) or that wanders around its level scatters from block to block several times more
+than that (3x on the demo's LSTM), and the best block, the lowest of many noisy ones, sits that
+much lower by luck: without the second estimate a flat noisy loss "diverged" from its luckiest
+block. For the same reason the best is taken over the median of each three consecutive blocks
+(:func:`~trainwatch.rules.block_levels.block_levels`), not over single blocks.
+
+A live frame completes one block of ``window`` points or none: its block's level and jump are
+picked on Python floats, and a block below the lower rise bar reads no MAD, noise or scatter (a
+sort of the jumps and the stream's rolling noise saved).
 """
 
 from __future__ import annotations
@@ -25,76 +29,19 @@ import numpy as np
 
 from trainwatch.rules.alert import Cause
 from trainwatch.rules.base import Context, Frame, Hit, fmt, pct, r6, rank_causes
+from trainwatch.rules.block_levels import (
+    LEVEL_BLOCKS,
+    SCATTER_BLOCKS,
+    block_jumps,
+    block_levels,
+    jump_list,
+    level_at,
+    scatter_at_list,
+    scatter_of,
+)
 from trainwatch.rules.blocks import Blocks, LossBlockRule
 from trainwatch.rules.models import DivergenceConfig
-from trainwatch.rules.stats import median_sorted, small_median, windows
-
-SCATTER_BLOCKS = 16
-"""Consecutive-block jumps the between-block scatter is the median of."""
-_MIN_JUMPS = 4
-"""Fewer jumps than this: no scatter estimate yet (0)."""
-_JUMP_TO_SIGMA = 1.0484
-"""median |x - y| of two independent normal values is 0.6745 sqrt(2) sigma."""
-
-
-def block_jumps(prev: float | None, med: np.ndarray) -> np.ndarray:
-    """The jumps ``|m - m_prev| / |m_prev|`` of the block medians ``med`` (``prev``: the block
-    before them, None at a segment's start; a jump from 0 is taken as absolute)."""
-    seq = med if prev is None else np.concatenate(([prev], med))
-    base = np.abs(seq[:-1])
-    out = seq[1:] - seq[:-1]  # (= np.diff, without its ~3 us of Python)
-    np.abs(out, out=out)
-    out /= np.where(base > 0, base, 1.0)
-    return out
-
-
-def scatter_at_list(jumps: list[float], end: int) -> float:
-    """The between-block noise of the block whose own jump is ``jumps[end - 1]`` (the jumps
-    before ``end``, the last ``SCATTER_BLOCKS`` of them, at least ``_MIN_JUMPS``; else 0): one
-    value of :func:`block_scatter`, for the blocks the rule reads it at. The jumps are Python
-    floats (the per-block path reads them so: no numpy call per block)."""
-    if end < _MIN_JUMPS:
-        return 0.0
-    return small_median(jumps[max(0, end - SCATTER_BLOCKS):end]) * _JUMP_TO_SIGMA
-
-
-def block_scatter(prev: float | None, jumps: np.ndarray, med: np.ndarray
-                  ) -> tuple[np.ndarray, np.ndarray]:
-    """The between-block noise of each block median in ``med``, relative to its level, and the
-    jumps to carry to the next call: the definition, block by block (the rule reads it at the
-    few blocks that need it: :func:`scatter_at_list`, :func:`scatter_of`; tests hold those to
-    this).
-
-    A block's jump is ``|m - m_prev| / |m_prev|`` (none for the first block of a segment); its
-    scatter is 1.0484 x the median of its own and the previous jumps, ``SCATTER_BLOCKS`` at most,
-    which estimates the standard deviation of a block median around a slowly moving level.
-    ``prev`` is the block before ``med`` (None at a segment's start), ``jumps`` the carried ones.
-
-    The jumps are not centred on their median: a steady fall or rise then counts as scatter too,
-    which delays a divergence right after a fast fall by a few blocks (625 -> 725 steps on a
-    rise of 5 % a block); centred, their median over 16 jumps reads low on a flat loss with
-    correlated noise and let 4 of 12 such runs "diverge" instead of 1.
-    """
-    new = block_jumps(prev, med)
-    allj = np.concatenate((jumps, new)) if jumps.shape[0] else new
-    # jumps up to and including block k's own: h + k + 1 (h + k when the segment starts here)
-    ends = np.arange(med.shape[0]) + jumps.shape[0] + (0 if prev is None else 1)
-    return scatter_of(allj, ends), allj[-(SCATTER_BLOCKS - 1):]
-
-
-def scatter_of(jumps: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """:func:`scatter_at_list` at each of ``ends``, vectorised."""
-    out = np.zeros(ends.shape[0])
-    full = ends >= SCATTER_BLOCKS
-    if full.any():
-        rows = np.sort(windows(jumps, SCATTER_BLOCKS)[ends[full] - SCATTER_BLOCKS], axis=1)
-        out[full] = median_sorted(rows)
-    vals = jumps.tolist()
-    for k in np.flatnonzero(~full & (ends >= _MIN_JUMPS)).tolist():
-        out[k] = small_median(vals[:ends[k]])
-    out *= _JUMP_TO_SIGMA
-    return out
-
+from trainwatch.rules.stats import small_median
 
 _MAD_SCALE = 1.4826
 
@@ -109,33 +56,8 @@ def _scale(best: float, mad: float) -> float:
 _FEW = 8
 """Candidate blocks of a vectorised step checked one by one first (a rise under way makes the
 first bad); the exact bars of the rest, if any, are computed in one go."""
-
-LEVEL_BLOCKS = 3
-"""Consecutive block medians whose median is a level the best is taken from."""
-
-
-def block_levels(prev: list[float], med: np.ndarray) -> np.ndarray:
-    """The level at each block of ``med``: the median of it and the ``LEVEL_BLOCKS - 1`` blocks
-    before it (fewer at a segment's start); ``prev`` holds the blocks before ``med``."""
-    p = len(prev)
-    n = med.shape[0]
-    seq = np.concatenate((prev, med)) if p else med
-    out = np.empty(n)
-    # the blocks with 3 values up to them: the last `full` ones, their median of three as
-    # max(min(a, c), min(max(a, c), x)), one of the three values as a sort picks it, in 4 numpy
-    # calls (a sort of the windows cost 3x that)
-    full = max(0, min(n, n + p - (LEVEL_BLOCKS - 1)))
-    if full:
-        s = n - full  # (the first block with two before it)
-        a, c, x = seq[p + s - 2:p + n - 2], seq[p + s - 1:p + n - 1], med[s:]
-        hi = np.maximum(a, c)
-        np.minimum(hi, x, out=hi)
-        np.maximum(np.minimum(a, c), hi, out=out[s:])
-    if full < n:
-        vals = seq[:p + n - full].tolist()
-        for k in range(n - full):
-            out[k] = small_median(vals[:p + k + 1])
-    return out
+_PY_JUMPS = 32
+"""Most blocks of a frame whose jumps are computed on Python floats (past it, in numpy)."""
 
 
 def _ranked_causes(lr_rose: bool, grad_grew: bool) -> tuple[Cause, ...]:
@@ -155,6 +77,23 @@ _FIXES = ("Clip gradients: torch.nn.utils.clip_grad_norm_(model.parameters(), 1.
           "Check the data around where the rise began")
 
 
+class _FrameCols:
+    """The values of a frame's blocks that divergence reads besides their medians, each made at
+    its first read (most frames read few of them, a live one often none)."""
+
+    __slots__ = ("level", "lv", "mad", "noise")
+
+    def __init__(self) -> None:
+        self.level: np.ndarray | None = None
+        """The level at each block (block_levels): the vectorised step's."""
+        self.lv: list[float] | None = None
+        """The same as Python floats: the per-block reference's."""
+        self.mad: list[float] | None = None
+        self.noise: list[float] | None = None
+        """The blocks' MADs and noise levels as Python floats (reading them computes a lazy
+        stream's spread: only at a block that may rise)."""
+
+
 class DivergenceRule(LossBlockRule):
     id = "divergence"
     lazy_spread = True
@@ -163,29 +102,29 @@ class DivergenceRule(LossBlockRule):
 
     def __init__(self, cfg: DivergenceConfig, ctx: Context) -> None:
         super().__init__(cfg, ctx)
+        self._lo = min(cfg.rise, cfg.error_rise)
+        """The lower of the two rise bars (a block below it times |best| is neither)."""
         self.rewind()
 
     def rewind(self) -> None:
         self._rewind_blocks()
-        self._jumps = np.empty(0)
+        self._jl: list[float] = []
         """The jumps between block medians (see block_jumps): the segment's last
         ``SCATTER_BLOCKS - 1`` before the frame being driven, then the frame's own (once
         computed: see :meth:`_frame_jumps`)."""
-        self._jin: tuple[np.ndarray, float | None, np.ndarray] | None = None
-        """What the frame's jumps are computed from when first read (the carried jumps, the
-        block before the frame, its block medians), None once they are: a frame with no block
-        that may rise reads none (a short file checked whole: never)."""
+        self._jin: tuple[float | None, np.ndarray] | None = None
+        """What the frame's jumps are computed from when first read (the block before the frame,
+        its block medians), None once they are: a frame with no block that may rise reads none
+        (a short file checked whole: never), and the next frame carries the last few only."""
         self._jump0 = 0
-        """Where in ``_jumps`` the jumps of the frame's first block end (see scatter_at_list)."""
+        """Where in ``_jl`` the jumps of the frame's first block end (see scatter_at_list)."""
+        self._before: list[float] = []
+        """The last LEVEL_BLOCKS - 1 block medians before the frame being driven."""
         self._last: list[float] = []
         """The last LEVEL_BLOCKS - 1 block medians of the segment (the last one is the block
         before the next frame's first: its jump starts from it)."""
-        self._level = np.empty(0)
-        """The level (see block_levels) at each block of the frame being driven: what the best
-        is the lowest of."""
-        self._cols: tuple[list[float], list[float], list[float]] | None = None
-        """The frame's levels, MADs and jumps as Python floats, made at its first block taken
-        one by one (the per-block reference then does no numpy indexing)."""
+        self._cols = _FrameCols()
+        """The frame's values the blocks read, each made at its first read."""
         self.up = 0
         self.quiet = 0
         self.active = False
@@ -196,57 +135,103 @@ class DivergenceRule(LossBlockRule):
         before), and only real progress (``rise`` below the best at the alert) starts a new one."""
 
     def _start_frame(self, b: Blocks) -> None:
-        # pure functions of the block medians: computed once for the frame, read alike by the
-        # per-block reference and the vectorised step
+        # the levels, jumps, MADs and noise the frame's blocks read are pure functions of the
+        # block medians, made when first read (a live frame of one block below the rise bars
+        # reads its level alone); only what the next frame needs is carried now
         prev = self._last[-1] if self._last else None
-        # (the between-block scatter is needed only at blocks that may rise above the best: it
-        # is computed there, from the jumps, not at every block as block_scatter does)
-        carried = self._frame_jumps()[-(SCATTER_BLOCKS - 1):]
-        self._jin = (carried, prev, b.med)
-        self._jump0 = carried.shape[0] + (0 if prev is None else 1)
-        self._level = block_levels(self._last, b.med)
-        self._cols = None
+        self._jl = self._carried_jumps()
+        self._jin = (prev, b.med)
+        self._jump0 = len(self._jl) + (0 if prev is None else 1)
+        self._before = self._last
+        self._cols = _FrameCols()
         self._last = (self._last + b.med[-(LEVEL_BLOCKS - 1):].tolist())[-(LEVEL_BLOCKS - 1):]
 
-    def _frame_jumps(self) -> np.ndarray:
-        """``_jumps``, computed at the first read in a frame."""
+    def _carried_jumps(self) -> list[float]:
+        """The segment's last ``SCATTER_BLOCKS - 1`` jumps, to the end of the frame just
+        driven (from its last blocks alone when the frame's jumps were not read)."""
+        keep = SCATTER_BLOCKS - 1
+        if self._jin is None:
+            return self._jl[-keep:]
+        prev, med = self._jin
+        self._jin = None
+        if med.shape[0] > keep:
+            prev, med = float(med[-keep - 1]), med[-keep:]
+        return (self._jl + jump_list(prev, med.tolist()))[-keep:]
+
+    def _frame_jumps(self) -> list[float]:
+        """``_jl``, the frame's jumps computed at the first read in a frame."""
         if self._jin is not None:
-            carried, prev, med = self._jin
-            new = block_jumps(prev, med)
-            self._jumps = np.concatenate((carried, new)) if carried.shape[0] else new
+            prev, med = self._jin
+            new = (jump_list(prev, med.tolist()) if med.shape[0] <= _PY_JUMPS
+                   else block_jumps(prev, med).tolist())
+            self._jl = self._jl + new
             self._jin = None
-        return self._jumps
+        return self._jl
+
+    def _levels(self, b: Blocks) -> np.ndarray:
+        """The level at each block of the frame (see block_levels), for the vectorised step."""
+        cols = self._cols
+        if cols.level is None:
+            cols.level = block_levels(self._before, b.med)
+        return cols.level
+
+    def _level_list(self, b: Blocks) -> list[float]:
+        """The level at each block of the frame, for the per-block reference: :meth:`_levels` as
+        Python floats, or, for a frame of a few blocks (a live one), picked one by one."""
+        cols = self._cols
+        if cols.lv is None:
+            n = len(b)
+            if n < self.min_fast and cols.level is None:
+                p = len(self._before)
+                seq = self._before + b.med.tolist()
+                cols.lv = [level_at(seq, p + i) for i in range(n)]
+            else:
+                cols.lv = self._levels(b).tolist()
+        return cols.lv
+
+    def _spread(self, b: Blocks) -> _FrameCols:
+        """The frame's columns, with the blocks' MADs and noise as Python floats."""
+        cols = self._cols
+        if cols.mad is None:
+            cols.mad, cols.noise = b.mad.tolist(), b.noise.tolist()
+        return cols
 
     def _new_best(self, med: float) -> None:
         if self.rearm_below is not None and med < self.rearm_below:
             self.rearm_below = None
 
-    def _block(self, frame: Frame, b: Blocks, i: int, med: float, noise: float,
+    def _block(self, frame: Frame, b: Blocks, i: int, med: float, noise: float | None,
                step: int) -> Hit | None:
         """One block, the reference."""
         cfg: DivergenceConfig = self.cfg
         self.nblk += 1
         cols = self._cols
-        if cols is None:  # (the MAD is read at once: the block's noise, given, computed it)
-            cols = self._cols = (self._level.tolist(), b.mad.tolist(),
-                                      self._frame_jumps().tolist())
-        level = cols[0][i]
+        # (the frame's columns read as attributes once made: a method call per block cost ~10 %
+        # of a rise's per-block path)
+        level = (cols.lv if cols.lv is not None else self._level_list(b))[i]
         if self.best is None or self.nblk <= cfg.warmup_windows:
             self._note_best(level, step)
             return None
         best = self.best
-        if med < best and (cfg.cap is None or med <= cfg.cap):  # below the best: nothing to check
+        capped = cfg.cap is not None and med > cfg.cap
+        # below the best, or below the lower of the two bars times |best| (each bar is at least
+        # that: its rise at least cfg.rise, its scale at least |best|): neither up nor an error,
+        # and the MAD, noise and scatter are not read
+        if not capped and (med < best or not (
+                med > best and med >= best + self._lo * abs(best))):
             self.up = 0
             self.quiet += 1
             if self.active and self.quiet >= 2:
                 self.active = False
             self._note_best(level, step)
             return None
-        rise = max(cfg.rise, cfg.noise_factor * max(noise, scatter_at_list(cols[2],
-                                                                         self._jump0 + i)))
-        scale = _scale(best, cols[1][i])
+        mads = cols.mad if cols.mad is not None else self._spread(b).mad
+        if noise is None:
+            noise = cols.noise[i]  # type: ignore[index]
+        jumps = self._jl if self._jin is None else self._frame_jumps()
+        rise = max(cfg.rise, cfg.noise_factor * max(noise, scatter_at_list(jumps, self._jump0 + i)))
+        scale = _scale(best, mads[i])  # type: ignore[index]
         up = med > best and med >= best + rise * scale
-        capped = cfg.cap is not None and med > cfg.cap
         err = capped or (med > best and med >= best + cfg.error_rise * scale)
         if up or capped:
             self.up += 1
@@ -283,7 +268,7 @@ class DivergenceRule(LossBlockRule):
         # the warm-up's blocks (a segment's first) only lower the best: taken along, in the same
         # step (the first frame of every run has them)
         w = min(j - i, max(cfg.warmup_windows - self.nblk, 1 if self.best is None else 0))
-        level = self._level[i:j]
+        level = self._levels(b)[i:j]
         k = n = j - i
         if w < n:
             med = b.med[i + w:j]
@@ -294,7 +279,7 @@ class DivergenceRule(LossBlockRule):
             # at ``error_rise`` above the best, times the scale (at least |best|: the MAD only
             # raises it): the lower bar times |best| picks the candidates, and the exact bars
             # (the MAD, noise and scatter read only here) are checked for them alone
-            lo = min(cfg.rise, cfg.error_rise)
+            lo = self._lo
             cand = med >= best + lo * np.abs(best)
             cand &= med > best
             if cfg.cap is not None:
@@ -326,20 +311,20 @@ class DivergenceRule(LossBlockRule):
         # the rest, if many, vectorised
         cl = cands.tolist()
         medl, bestl, scalel = med.tolist(), best.tolist(), scale.tolist()
-        noise, jumps, j0 = b.noise.tolist(), self._frame_jumps().tolist(), self._jump0 + i
+        noise, jumps, j0 = self._spread(b).noise, self._frame_jumps(), self._jump0 + i
         for t in cl[:_FEW]:
             x, bs, sl = medl[t], bestl[t], scalel[t]
             if cfg.cap is not None and x > cfg.cap:
                 return t
             sc = scatter_at_list(jumps, j0 + t)
-            rise = max(cfg.rise, cfg.noise_factor * max(noise[i + t], sc))
+            rise = max(cfg.rise, cfg.noise_factor * max(noise[i + t], sc))  # type: ignore[index]
             if x > bs and (x >= bs + rise * sl or x >= bs + cfg.error_rise * sl):
                 return t
         if len(cl) <= _FEW:
             return med.shape[0]
         cands = cands[_FEW:]
         g = cands + i
-        sc = scatter_of(self._frame_jumps(), g + self._jump0)
+        sc = scatter_of(np.array(jumps), g + self._jump0)
         rise = np.maximum(cfg.rise, cfg.noise_factor * np.maximum(b.noise[g], sc))
         m, bs, sl = med[cands], best[cands], scale[cands]
         bad = (m > bs) & ((m >= bs + rise * sl) | (m >= bs + cfg.error_rise * sl))

@@ -28,11 +28,16 @@ class LrPeak:
         """The LR points of the frames since the peak was last brought up to date."""
 
     def _settle(self) -> None:
-        for pts in self._pending:
-            v = pts.finite().values
-            if v.shape[0]:
-                self.peak = max(self.peak, float(v.max()))
-        self._pending.clear()
+        pending = self._pending
+        if not pending:
+            return
+        # (the frames' finite points, cached on them, in one array: one reduction for up to
+        # _KEEP frames, where one per frame cost ~3 us each)
+        vals = [p.finite().values for p in pending]
+        v = vals[0] if len(vals) == 1 else np.concatenate(vals)
+        if v.shape[0]:
+            self.peak = max(self.peak, float(v.max()))
+        pending.clear()
 
     def at(self, frame: Frame, pos: int) -> float:
         self._settle()

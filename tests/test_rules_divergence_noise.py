@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from test_rules_data import clean, engine_alerts, idx, of, set_loss, to_jsonl
 
-from trainwatch.rules.divergence import SCATTER_BLOCKS, block_levels, block_scatter
+from trainwatch.rules.block_levels import SCATTER_BLOCKS, block_levels, block_scatter
 
 
 def _scatter_reference(med: list[float]) -> list[float]:
@@ -82,6 +82,7 @@ def test_a_flat_loss_with_correlated_noise_rarely_diverges(monkeypatch) -> None:
     monkeypatch.setattr(dv, "scatter_at_list", lambda j, e: 0.0)
     monkeypatch.setattr(dv, "scatter_of", lambda j, e: np.zeros(e.shape[0]))
     monkeypatch.setattr(dv, "block_levels", lambda p, m: m.copy())
+    monkeypatch.setattr(dv, "level_at", lambda seq, t: seq[t])
     assert sum(1 for d in _divergences(3000, range(12)) if d) >= 10
 
 
@@ -110,7 +111,7 @@ def test_a_loss_flat_at_zero_does_not_diverge() -> None:
 def test_scatter_at_a_block_is_block_scatters(seed: int) -> None:
     """The rule reads the scatter at a few blocks (scatter_at_list, block by block) or several
     (scatter_of): each value is block_scatter's for the same block, to the bit."""
-    from trainwatch.rules.divergence import block_jumps, scatter_at_list, scatter_of
+    from trainwatch.rules.block_levels import block_jumps, scatter_at_list, scatter_of
 
     rng = np.random.default_rng(10 + seed)
     med = 1.0 + 0.1 * rng.standard_normal(60)

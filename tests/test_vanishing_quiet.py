@@ -31,7 +31,7 @@ def _state(rule: GradVanishingRule) -> str:
     state = {k: list(v) if isinstance(v, deque) else v for k, v in vars(twin).items()
              if k not in ("cfg", "ctx", "fast", "_grads") and not k.startswith(("_new", "_later",
                                                                                  "_open"))}
-    state["grads"] = (twin._grads._v.tolist(), twin._grads.count)
+    state["grads"] = (list(twin._grads._v), twin._grads.count)
     return repr(state)
 
 

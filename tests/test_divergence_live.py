@@ -1,0 +1,173 @@
+"""``divergence`` on live-sized frames: the per-block reference reads its levels and jumps on
+Python floats, and a block below the lower rise bar reads no MAD, noise or scatter; a short push
+makes its blocks on Python floats (rules/block_stream.py). Each is held here to the array form
+or the definition, to the bit, and the alerts of a file read live to those of the file read
+whole."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_rules_data import parse_live
+
+from bench.synthetic import fault_run
+from trainwatch.load import LoadedRun
+from trainwatch.rules import RuleEngine, load_rules_config
+from trainwatch.rules.base import Context
+from trainwatch.rules.block_levels import block_jumps, block_levels, jump_list, level_at
+from trainwatch.rules.block_stream import Blocks
+from trainwatch.rules.check import feed_run
+from trainwatch.rules.divergence import DivergenceRule, _scale, scatter_at_list
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_python_levels_and_jumps_are_the_arrays(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    med = 1.0 + 0.1 * rng.standard_normal(40)
+    med[[5, 6, 20]] = 0.0  # (jumps from 0 are absolute)
+    med[30:33] = -med[30:33]
+    for prev in (None, 0.7, 0.0):
+        assert jump_list(prev, med.tolist()) == block_jumps(prev, med).tolist()
+    for before in ([], [0.9], [1.2, 0.8]):
+        seq = before + med.tolist()
+        got = [level_at(seq, len(before) + i) for i in range(40)]
+        assert got == block_levels(before, med).tolist(), before
+
+
+def test_python_levels_pick_the_arrays_zero() -> None:
+    """Ties of 0.0 and -0.0 (a loss at exactly 0): the level is the same zero as numpy picks
+    (bytes compared: -0.0 == 0.0 as numbers, not in a message)."""
+    vals = [-0.0, 0.0, 1.0, -1.0]
+    for seq in itertools.product(vals, repeat=5):
+        want = block_levels([], np.array(seq))
+        got = np.array([level_at(list(seq), i) for i in range(5)])
+        assert got.tobytes() == want.tobytes(), seq
+
+
+def _reference_block(rule: DivergenceRule, b: Blocks, i: int, med: float, jumps: list[float],
+                     levels: list[float]) -> bool:
+    """The reference as it reads by the definition: every block above the best computes its
+    bars from its noise, scatter and MAD. Returns whether it fires."""
+    cfg = rule.cfg
+    rule.nblk += 1
+    level = levels[i]
+    if rule.best is None or rule.nblk <= cfg.warmup_windows:
+        rule._note_best(level, 0)
+        return False
+    best = rule.best
+    if med < best and (cfg.cap is None or med <= cfg.cap):
+        rule.up = 0
+        rule.quiet += 1
+        rule.active = rule.active and rule.quiet < 2
+        rule._note_best(level, 0)
+        return False
+    rise = max(cfg.rise, cfg.noise_factor * max(float(b.noise[i]),
+                                                scatter_at_list(jumps, rule._jump0 + i)))
+    scale = _scale(best, float(b.mad[i]))
+    up = med > best and med >= best + rise * scale
+    capped = cfg.cap is not None and med > cfg.cap
+    err = capped or (med > best and med >= best + cfg.error_rise * scale)
+    if up or capped:
+        rule.up += 1
+        rule.quiet = 0
+    else:
+        rule.up = 0
+        rule.quiet += 1
+        rule.active = rule.active and rule.quiet < 2
+    fired = False
+    armed = rule.rearm_below is None
+    if not rule.active and ((rule.up >= cfg.windows and armed) or (err and armed)):
+        rule.active, rule.escalated, fired = True, err, True
+        rule.rearm_below = best - rise * scale
+    elif err and not rule.escalated:
+        rule.escalated = fired = True
+    rule._note_best(level, 0)
+    return fired
+
+
+def _core(rule: DivergenceRule) -> tuple:
+    return (rule.nblk, rule.best, rule.up, rule.quiet, rule.active, rule.escalated,
+            rule.rearm_below)
+
+
+def _medians(rng: np.random.Generator, n: int) -> np.ndarray:
+    """Block medians of a falling loss with quiet stretches (blocks a few % either side of the
+    5 % bar), rises of a few % a block, jumps past the error bar, and drops that re-arm."""
+    out, level = [], 1.0
+    while len(out) < n:
+        kind = rng.random()
+        if kind < 0.5:  # quiet: small noise, now and then a block near the bar
+            k = int(rng.integers(5, 20))
+            x = level * (1.0 + rng.normal(0.0, 0.004, k))
+            near = rng.random(k) < 0.25
+            x[near] = level * rng.uniform(1.02, 1.08, int(near.sum()))
+        elif kind < 0.8:  # a rise of a few % a block
+            k = int(rng.integers(2, 8))
+            x = level * (1.0 + rng.uniform(0.02, 0.1) * np.arange(1, k + 1))
+        elif kind < 0.9:  # a jump past the error bar
+            x = np.array([level * rng.uniform(1.3, 1.8)])
+        else:  # progress: a lower level
+            level *= rng.uniform(0.6, 0.95)
+            x = level * (1.0 + rng.normal(0.0, 0.004, 3))
+        out += x.tolist()
+    return np.array(out[:n])
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_block_below_the_bars_changes_the_state_as_the_definition(
+        monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
+    """Blocks near the rise bars, with noise and MADs that raise the bars or not, taken one by
+    one as live frames take them: the same state after every block, and the same blocks fire,
+    as the definition."""
+    monkeypatch.setattr(DivergenceRule, "_fire", lambda self, *a: "hit")
+    rng = np.random.default_rng(seed)
+    cfg = load_rules_config().rules["divergence"]
+    rule = DivergenceRule(cfg, Context())  # type: ignore[arg-type]
+    ref = DivergenceRule(cfg, Context())  # type: ignore[arg-type]
+    meds = _medians(rng, 400)
+    fired = checked = start = 0
+    while start < meds.shape[0]:
+        n = int(rng.integers(1, 4))
+        med = meds[start:start + n]
+        n = med.shape[0]
+        start += n
+        mad = rng.uniform(0.0, 0.2, n) * np.where(rng.random(n) < 0.2, 1.0, 0.01)
+        noise = rng.uniform(0.0, 0.012, n)
+        b = Blocks(med, mad, noise, np.arange(n), np.zeros(n), np.arange(n))
+        rule._start_frame(b)
+        ref._start_frame(b)
+        jumps, levels = copy.copy(ref._frame_jumps()), block_levels(ref._before, med).tolist()
+        for i, m in enumerate(med.tolist()):
+            before = rule.best
+            got = rule._block(None, b, i, m, None, 0) is not None  # type: ignore[arg-type]
+            want = _reference_block(ref, b, i, m, jumps, levels)
+            assert got == want and _core(rule) == _core(ref), (seed, start, i)
+            fired += got
+            checked += before is not None and m >= before
+    assert fired >= 2 and checked > 100, (fired, checked)
+
+
+@pytest.mark.parametrize("kind", ["divergence", "spike_sustained", "grad_explosion"])
+def test_divergence_live_alerts_are_the_whole_files(kind: str) -> None:
+    """A file read a few records at a time (frames of no block or one: the Python paths) gives
+    the alerts of the file read whole (one frame: the array paths)."""
+    cfg = load_rules_config()
+    for seed in range(2):
+        run = fault_run(kind, seed)
+        whole = RuleEngine(cfg, live=False)
+        feed_run(whole, LoadedRun(Path(run.name), "jsonl",
+                                  parse_live(run.jsonl(), max_lines=10**6)))
+        want = [(a.rule, a.step, a.message, sorted(a.evidence.items()))
+                for a in whole.alerts if a.rule == "divergence"]
+        assert want or kind != "divergence"
+        for max_lines in (1, 15):
+            live = RuleEngine(cfg, live=False)
+            for batch in parse_live(run.jsonl(), seed=seed, max_lines=max_lines):
+                live.feed(batch)
+            got = [(a.rule, a.step, a.message, sorted(a.evidence.items()))
+                   for a in live.alerts if a.rule == "divergence"]
+            assert got == want, (kind, seed, max_lines)
