@@ -63,7 +63,9 @@ class SpikeRule(Rule):
             "robust_z": r6(ev.z),
             "ratio_to_median": r6(ratio),
             "window_points": self.cfg.window,
-            "early_max": r6(ev.early_max),
+            # (+ 0.0: a zero early maximum is -0.0 or 0.0 as the frames came, Python's max keeping
+            # the first of equal values and numpy's its own; the evidence reads the same either way)
+            "early_max": r6(ev.early_max + 0.0),
             "episode_points": ev.episode_points,
         }
 

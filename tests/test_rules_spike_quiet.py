@@ -76,3 +76,28 @@ def test_quiet_frames_leave_the_reference_state(rule: str) -> None:
                 quiet += not got[0] and x[sl].shape[0] > 8
                 lo += k
     assert quiet > 300  # most frames took the quiet path
+
+
+@pytest.mark.parametrize("lines_per_read", [1, 7, 64])
+def test_a_zero_early_maximum_reads_the_same_live_and_whole(lines_per_read: int) -> None:
+    """An early maximum of zero is -0.0 or 0.0 as the frames came (Python's max keeps the first
+    of equal values, numpy's reduction its own): the alert's evidence says 0.0 either way."""
+    import json
+
+    from trainwatch.formats.jsonl import JsonlParser
+    from trainwatch.rules import RuleEngine
+
+    vals = ["-0.0"] + ["0.0"] * 299 + ["50.0"] + ["0.0"] * 20
+    lines = [f'{{"step":{i},"time":{i}.0,"loss":{v}}}\n'.encode() for i, v in enumerate(vals)]
+
+    def evidence(k: int, live: bool) -> list[str]:
+        p = JsonlParser("metrics.jsonl", clock=lambda: 0.0)
+        e = RuleEngine(CFG, live=live)
+        for i in range(0, len(lines), k):
+            e.feed(p.parse(b"".join(lines[i:i + k]), i + 1))
+        e.finish(now=0.0)
+        return [json.dumps(a.to_dict()["evidence"]) for a in e.alerts if a.rule == "loss_spike"]
+
+    whole = evidence(len(lines), live=False)
+    assert whole and '"early_max": 0.0' in whole[0]
+    assert evidence(lines_per_read, live=True) == whole
