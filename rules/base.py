@@ -306,6 +306,10 @@ class Rule:
 
     id: str = ""
     order: int = 0
+    reads_unresolved: tuple[str, ...] = ()
+    """Roles whose having no series yet changes what the rule does (a fallback: throughput from
+    the step time). The engine then counts a series of such a role from the record it first
+    appears at, whatever the batching (see ``RuleEngine._new_names``)."""
 
     def __init__(self, cfg: Any, ctx: Context) -> None:
         self.cfg = cfg

@@ -99,6 +99,7 @@ class RuleEngine:
             else:
                 rules.append(cls(rule_cfg, ctx))
         self._rules = rules
+        self._unresolved_read = frozenset(r for rule in rules for r in rule.reads_unresolved)
         self._enabled = plan.enabled
         self._stream: StalledStreamRule | None = (
             rules[plan.stream] if plan.stream is not None else None)  # type: ignore[assignment]
@@ -142,18 +143,22 @@ class RuleEngine:
         return out
 
     def _feed(self, batch: RecordBatch, n: int) -> list[Alert]:
-        if not self._names.issuperset(batch.series):
-            self._names.update(batch.series)
-            self._roles = _resolve(self.cfg.roles, self._names)
-            self._wanted = self._interest()
         segs = batch.segments
         cuts = [0, n] if segs[0] == segs[-1] and not batch.rewinds else \
             [0, *(np.flatnonzero(np.diff(segs)) + 1).tolist(), n]
+        late: dict[int, list[str]] = {}
+        if not self._names.issuperset(batch.series):
+            late = self._new_names(batch)
+            if late:
+                cuts = sorted({*cuts, *late})
         ev_rows, ev_mask, widest = event_rows(batch) if batch.events else (NO_ROWS, None, None)
         out: list[Alert] = []
         for lo, hi in itertools.pairwise(cuts):
             if lo == hi:
                 continue
+            names = late.pop(lo, None)
+            if names:
+                self._see(names)
             seg = int(segs[lo])
             if self._segment is not None and seg != self._segment:
                 self._rewind(batch, seg)
@@ -171,6 +176,51 @@ class RuleEngine:
         self.last_step = int(batch.steps[-1])
         self.last_time = float(batch.times[-1])
         return out
+
+    def _new_names(self, batch: RecordBatch) -> dict[int, list[str]]:
+        """Take the batch's series names not seen before. Roles are resolved from the names seen
+        so far, so fed record by record a name counts from the record it first appears at; read
+        in bigger batches, it must count from there too where that can change what a rule
+        reads: where it moves a role to another series, or resolves a role whose absence a rule
+        reads (``Rule.reads_unresolved``: throughput from the step time until a throughput
+        series comes). Those names are returned by the record they first appear at (the frame
+        is cut there); the others are seen at once: before their first point, a role that is
+        resolved but has no point reads the same as an unresolved one (a frame holds only
+        series with points)."""
+        first_any = min((int(ch.rows[0]) for ch in batch.series.values() if ch.rows.shape[0]),
+                        default=0)
+        by_row: dict[int, list[str]] = {}
+        for name, ch in batch.series.items():
+            if name not in self._names:
+                by_row.setdefault(int(ch.rows[0]) if ch.rows.shape[0] else 0, []).append(name)
+        late: dict[int, list[str]] = {}
+        now: list[str] = []
+        names = set(self._names)
+        roles: dict[str, str] | None = None
+        for r in sorted(by_row):
+            new = by_row[r]
+            if r <= first_any:  # (no series point before it)
+                now += new
+                names.update(new)
+                continue
+            if roles is None:
+                roles = _resolve(self.cfg.roles, names) if now else self._roles
+            names.update(new)
+            after = _resolve(self.cfg.roles, names)
+            if any(after.get(role) != name if name is not None else role in self._unresolved_read
+                   for role, name in ((role, roles.get(role)) for role in after)):
+                late[r] = new
+            else:
+                now += new
+            roles = after
+        if now:
+            self._see(now)
+        return late
+
+    def _see(self, names: list[str]) -> None:
+        self._names.update(names)
+        self._roles = _resolve(self.cfg.roles, self._names)
+        self._wanted = self._interest()
 
     def feed_rank(self, rank: int, batch: RecordBatch, now: float | None = None) -> list[Alert]:
         """One rank's stream (``metrics.rank{N}.jsonl``): ``rank_straggler``. ``now`` (arrival

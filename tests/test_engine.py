@@ -374,3 +374,55 @@ def test_a_reset_forgets_the_rank_streams() -> None:
             e.feed_rank(r, b)
     assert [(a.rule, a.step) for a in e.finish(now=0.0) if a.rule == "rank_straggler"] == [
         ("rank_straggler", 510)]
+
+
+@pytest.mark.parametrize("lines_per_read", [1, 7, 300])
+def test_a_series_counts_from_the_record_it_first_appears_at(lines_per_read: int) -> None:
+    """Roles are resolved from the names seen so far: a series that first appears after
+    another one's point counts from that record however the stream is read. Here the first
+    record has only a step time: throughput_drop falls back to its inverse there, then reads
+    the logged throughput (read whole, the frame is cut at the second record)."""
+    recs = ['{"step":1,"time":1.0,"step_time":0.5}']
+    recs += [f'{{"step":{s},"time":{s}.0,"throughput":{550.0 if s < 200 else 100.0}}}'
+             for s in range(2, 260)]
+    lines = [(r + "\n").encode() for r in recs]
+
+    def drops(k: int, live: bool) -> list[tuple[int, str]]:
+        p = JsonlParser("metrics.jsonl", clock=lambda: 0.0)
+        e = RuleEngine(CFG, live=live)
+        for i in range(0, len(lines), k):
+            e.feed(p.parse(b"".join(lines[i:i + k]), i + 1))
+        e.finish(now=1e9)
+        return [(a.step, a.message) for a in e.alerts if a.rule == "throughput_drop"]
+
+    one_by_one = drops(1, live=True)
+    assert one_by_one and one_by_one[0][0] == 240
+    assert drops(lines_per_read, live=lines_per_read < 300) == one_by_one
+
+
+def test_a_role_moves_to_a_better_named_series_at_the_same_record_however_read() -> None:
+    """``train_loss`` is the loss until a series named ``loss`` (ranked first) appears at record
+    300: read whole, the frame is cut there, so the rules read the loss role as they do fed
+    record by record (without the cut, read whole the loss role would be ``loss`` from the
+    first record, and the rules would see neither the 300 points before it nor its jump)."""
+    rng = np.random.default_rng(0)
+    recs = []
+    for s in range(1, 601):
+        r = {"step": s, "time": float(s), "train_loss": 1.0 + 0.01 * rng.standard_normal()}
+        if s > 300:
+            r["loss"] = 5.0 + 0.01 * rng.standard_normal()
+        recs.append(r)
+    lines = [(json.dumps(r) + "\n").encode() for r in recs]
+
+    def alerts(k: int, live: bool) -> list[tuple[str, int, str | None, str]]:
+        p = JsonlParser("metrics.jsonl", clock=lambda: 0.0)
+        e = RuleEngine(CFG, live=live)
+        for i in range(0, len(lines), k):
+            e.feed(p.parse(b"".join(lines[i:i + k]), i + 1))
+        e.finish(now=1e9)
+        return [(a.rule, a.step, a.metric, a.message) for a in e.alerts]
+
+    one_by_one = alerts(1, live=True)
+    assert ("loss_spike", 301) in [(r, s) for r, s, _m, _t in one_by_one]
+    assert alerts(7, live=True) == one_by_one
+    assert alerts(len(lines), live=False) == one_by_one
