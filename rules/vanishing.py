@@ -116,6 +116,8 @@ class GradVanishingRule(Rule):
                 or not lo > max(cfg.ratio * hi, cfg.abs_floor)):
             return False
         self._later.append(f)
+        if len(self._later) >= _JOIN_LATER:
+            self._later = [_joined(self._later)]
         self._later_n += m
         self._later_hi = hi
         if done:
@@ -126,10 +128,7 @@ class GradVanishingRule(Rule):
         """Add the points put off to the grad blocks, with their peak and count."""
         if not self._later:
             return
-        later = self._later
-        f = later[0] if len(later) == 1 else Points(
-            later[0].name, *(np.concatenate([getattr(p, a) for p in later])
-                             for a in ("steps", "values", "times", "pos")))
+        f = _joined(self._later)
         self._later, self._later_n, self._later_hi = [], 0, -math.inf
         gb = self._grads.push(f)
         if len(gb):
@@ -250,3 +249,14 @@ _FEW = 256
 blocks, at 50 points a block): past it, array operations are the cheaper."""
 _MAX_LATER = 1 << 16
 """Most grad points put off (a live watch's quiet frames are taken now and then)."""
+_JOIN_LATER = 64
+"""Frames put off kept apart at most: past it they are joined into one (a live watch of
+one-record frames would otherwise hold ~0.7 KB of objects per point: ~45 MB at _MAX_LATER)."""
+
+
+def _joined(frames: list[Points]) -> Points:
+    """The points of ``frames``, in order, as one."""
+    if len(frames) == 1:
+        return frames[0]
+    return Points(frames[0].name, *(np.concatenate([getattr(p, a) for p in frames])
+                                    for a in ("steps", "values", "times", "pos")))
