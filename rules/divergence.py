@@ -6,15 +6,20 @@ times the noise of a block median, for noisy losses) above the best one, for ``w
 a row, is a warning; ``error_rise`` above the best, or past an absolute ``cap``, is an error at
 once. Runs of quiet blocks are taken in one vectorised step.
 
-The noise of a block median is the larger of two estimates: the standard error from the block's
-own spread (:mod:`~trainwatch.rules.block_stream`), and the scatter *between* consecutive block
-medians (:func:`~trainwatch.rules.block_levels.block_scatter`). The first assumes independent
-points; a loss whose points are correlated (a recurrent model carrying its state, a data order
-with structure) or that wanders around its level scatters from block to block several times more
-than that (3x on the demo's LSTM), and the best block, the lowest of many noisy ones, sits that
-much lower by luck: without the second estimate a flat noisy loss "diverged" from its luckiest
-block. For the same reason the best is taken over the median of each three consecutive blocks
-(:func:`~trainwatch.rules.block_levels.block_levels`), not over single blocks.
+The noise of a block median is the largest of three estimates: the standard error from the
+block's own spread (:mod:`~trainwatch.rules.block_stream`), the scatter *between* consecutive
+block medians (:func:`~trainwatch.rules.block_levels.block_scatter`), and the level's *wander* over
+long lags (:func:`~trainwatch.rules.block_wander.wander`). The first assumes independent points; a
+loss whose points are correlated (a recurrent model carrying its state, a data order with
+structure) or that wanders around its level scatters from block to block several times more than
+that (3x on the demo's LSTM), and the best block, the lowest of many noisy ones, sits that much
+lower by luck: without the second estimate a flat noisy loss "diverged" from its luckiest block.
+For the same reason the best is taken over the median of each three consecutive blocks
+(:func:`~trainwatch.rules.block_levels.block_levels`), not over single blocks. Noise correlated
+over thousands of steps (a flat loss that roams on a plateau) barely moves from one block to the
+next, so both read low while the level roams several of its sd over a long run: the third
+measures that (every such run of 100k steps "diverged" without it). It only raises the bar, so it
+is read only at a block the other two let rise (and computed once per 4 blocks at most).
 
 A live frame completes one block of ``window`` points or none: its block's level and jump are
 picked on Python floats, and a block below the lower rise bar reads no MAD, noise or scatter (a
@@ -39,6 +44,7 @@ from trainwatch.rules.block_levels import (
     scatter_at_list,
     scatter_of,
 )
+from trainwatch.rules.block_wander import WanderSamples
 from trainwatch.rules.blocks import Blocks, LossBlockRule
 from trainwatch.rules.models import DivergenceConfig
 from trainwatch.rules.stats import small_median
@@ -125,6 +131,8 @@ class DivergenceRule(LossBlockRule):
         before the next frame's first: its jump starts from it)."""
         self._cols = _FrameCols()
         """The frame's values the blocks read, each made at its first read."""
+        self._wander = WanderSamples()
+        """The segment's sampled block medians, and the wander they give at a block."""
         self.up = 0
         self.quiet = 0
         self.active = False
@@ -145,6 +153,7 @@ class DivergenceRule(LossBlockRule):
         self._before = self._last
         self._cols = _FrameCols()
         self._last = (self._last + b.med[-(LEVEL_BLOCKS - 1):].tolist())[-(LEVEL_BLOCKS - 1):]
+        self._wander.start_frame(self.nblk, b.med)
 
     def _carried_jumps(self) -> list[float]:
         """The segment's last ``SCATTER_BLOCKS - 1`` jumps, to the end of the frame just
@@ -231,8 +240,12 @@ class DivergenceRule(LossBlockRule):
         jumps = self._jl if self._jin is None else self._frame_jumps()
         rise = max(cfg.rise, cfg.noise_factor * max(noise, scatter_at_list(jumps, self._jump0 + i)))
         scale = _scale(best, mads[i])  # type: ignore[index]
-        up = med > best and med >= best + rise * scale
         err = capped or (med > best and med >= best + cfg.error_rise * scale)
+        if err or (med > best and med >= best + rise * scale):
+            # the wander only raises the bar: read where the others pass (and where the rule
+            # fires, whose re-arm bar is the rise)
+            rise = max(rise, cfg.noise_factor * self._wander.at(i))
+        up = med > best and med >= best + rise * scale
         if up or capped:
             self.up += 1
             self.quiet = 0
@@ -318,7 +331,7 @@ class DivergenceRule(LossBlockRule):
                 return t
             sc = scatter_at_list(jumps, j0 + t)
             rise = max(cfg.rise, cfg.noise_factor * max(noise[i + t], sc))  # type: ignore[index]
-            if x > bs and (x >= bs + rise * sl or x >= bs + cfg.error_rise * sl):
+            if x > bs and self._rises(i + t, x, bs, sl, rise):
                 return t
         if len(cl) <= _FEW:
             return med.shape[0]
@@ -327,11 +340,27 @@ class DivergenceRule(LossBlockRule):
         sc = scatter_of(np.array(jumps), g + self._jump0)
         rise = np.maximum(cfg.rise, cfg.noise_factor * np.maximum(b.noise[g], sc))
         m, bs, sl = med[cands], best[cands], scale[cands]
+        # (bad by the bars without the wander: a superset, each then checked with it)
         bad = (m > bs) & ((m >= bs + rise * sl) | (m >= bs + cfg.error_rise * sl))
         if cfg.cap is not None:
             bad |= m > cfg.cap
-        hit = np.flatnonzero(bad)
-        return int(cands[hit[0]]) if hit.shape[0] else med.shape[0]
+        for h in np.flatnonzero(bad).tolist():
+            t = int(cands[h])
+            x = float(m[h])
+            if (cfg.cap is not None and x > cfg.cap) or self._rises(
+                    i + t, x, float(bs[h]), float(sl[h]), float(rise[h])):
+                return t
+        return med.shape[0]
+
+    def _rises(self, k: int, x: float, best: float, scale: float, rise: float) -> bool:
+        """Whether block ``k`` of the frame, at ``x`` above the best, is up or an error by
+        :meth:`_block`'s bars, given the bar without the wander (``rise``)."""
+        cfg: DivergenceConfig = self.cfg
+        if x >= best + cfg.error_rise * scale:
+            return True
+        if x < best + rise * scale:
+            return False
+        return x >= best + max(rise, cfg.noise_factor * self._wander.at(k)) * scale
 
     def _fire(self, frame: Frame, b: Blocks, i: int, med: float, best: float, severity: str,
               capped: bool) -> Hit:

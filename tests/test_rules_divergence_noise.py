@@ -77,12 +77,14 @@ def test_a_flat_loss_with_correlated_noise_rarely_diverges(monkeypatch) -> None:
     assert sum(1 for d in got if d) <= 1, got
     # ...while with each block's own spread as the noise and a single block as the best (the
     # rule before), nearly every one of them "diverged"
+    import trainwatch.rules.block_wander as bw
     import trainwatch.rules.divergence as dv
 
     monkeypatch.setattr(dv, "scatter_at_list", lambda j, e: 0.0)
     monkeypatch.setattr(dv, "scatter_of", lambda j, e: np.zeros(e.shape[0]))
     monkeypatch.setattr(dv, "block_levels", lambda p, m: m.copy())
     monkeypatch.setattr(dv, "level_at", lambda seq, t: seq[t])
+    monkeypatch.setattr(bw, "wander", lambda seq: 0.0)
     assert sum(1 for d in _divergences(3000, range(12)) if d) >= 10
 
 
