@@ -54,7 +54,7 @@ class _ReadOnly:
     """Values that never change once built (a frozen dataclass's guarantee). The engine builds
     a few per frame and a frozen dataclass's ``__init__`` (one ``object.__setattr__`` per field)
     cost a microsecond each, a measurable part of a short file's check: these set their slots
-    directly in ``__init__`` and refuse any later assignment."""
+    in ``__init__`` through the slots' own setters and refuse any later assignment."""
 
     __slots__ = ()
 
@@ -62,9 +62,6 @@ class _ReadOnly:
         raise AttributeError(f"{type(self).__name__} is read-only (cannot set {name!r})")
 
     __delattr__ = __setattr__  # type: ignore[assignment]
-
-
-_set = object.__setattr__
 
 
 class Points(_ReadOnly):
@@ -82,12 +79,12 @@ class Points(_ReadOnly):
 
     def __init__(self, name: str, steps: np.ndarray, values: np.ndarray, times: np.ndarray,
                  pos: np.ndarray) -> None:
-        _set(self, "name", name)
-        _set(self, "steps", steps)
-        _set(self, "values", values)
-        _set(self, "times", times)
-        _set(self, "pos", pos)
-        _set(self, "_finite", None)
+        _p_name(self, name)
+        _p_steps(self, steps)
+        _p_values(self, values)
+        _p_times(self, times)
+        _p_pos(self, pos)
+        _p_finite(self, None)
 
     def __repr__(self) -> str:
         return f"Points({self.name!r}, {len(self)} points)"
@@ -104,15 +101,20 @@ class Points(_ReadOnly):
         if f is None:
             ok = np.isfinite(self.values)
             f = self if ok.all() else self.take(ok)
-            _set(self, "_finite", f)
+            _p_finite(self, f)
             if f is not self:
-                _set(f, "_finite", f)
+                _p_finite(f, f)
         return f
 
     @property
     def all_finite(self) -> bool:
         return self.finite() is self
 
+
+# the slots' own setters: a third cheaper than object.__setattr__ by name (a Points per series
+# per frame, and per rule's take())
+_p_name, _p_steps, _p_values, _p_times, _p_pos, _p_finite = (
+    getattr(Points, a).__set__ for a in ("name", "steps", "values", "times", "pos", "_finite"))
 
 class Frame(_ReadOnly):
     """One segment's part of a batch."""
@@ -135,14 +137,14 @@ class Frame(_ReadOnly):
     def __init__(self, segment: int, roles: Mapping[str, str], series: Mapping[str, Points],
                  events: tuple[Event, ...], rec_steps: np.ndarray, rec_times: np.ndarray,
                  rec_pos: np.ndarray, rec_is_event: np.ndarray) -> None:
-        _set(self, "segment", segment)
-        _set(self, "roles", roles)
-        _set(self, "series", series)
-        _set(self, "events", events)
-        _set(self, "rec_steps", rec_steps)
-        _set(self, "rec_times", rec_times)
-        _set(self, "rec_pos", rec_pos)
-        _set(self, "rec_is_event", rec_is_event)
+        _f_segment(self, segment)
+        _f_roles(self, roles)
+        _f_series(self, series)
+        _f_events(self, events)
+        _f_rec_steps(self, rec_steps)
+        _f_rec_times(self, rec_times)
+        _f_rec_pos(self, rec_pos)
+        _f_rec_is_event(self, rec_is_event)
 
     def __repr__(self) -> str:
         return (f"Frame(segment={self.segment}, {self.rec_steps.shape[0]} records, "
@@ -155,6 +157,10 @@ class Frame(_ReadOnly):
     def metric(self, name: str) -> Points | None:
         return self.series.get(name)
 
+
+(_f_segment, _f_roles, _f_series, _f_events, _f_rec_steps, _f_rec_times, _f_rec_pos,
+ _f_rec_is_event) = (getattr(Frame, a).__set__ for a in (
+    "segment", "roles", "series", "events", "rec_steps", "rec_times", "rec_pos", "rec_is_event"))
 
 @dataclass(frozen=True, slots=True)
 class Hit:
