@@ -176,7 +176,7 @@ def joint_candidates(ev: Evals, other: Pushed, other_bar: float, bar: float
     """``(span_growth(ev, other, ev.q, ...) >= other_bar) & (ev.growth() >= bar)``, when
     ``other`` holds the same records as ``ev`` in strictly increasing steps (memory logged with
     every step time: the usual case): each window's span in ``other`` is then the same index
-    range. ``ev``'s estimate first, from strided blocks; ``other``'s only where it passes (a flat
+    range (never cut by a span cap: that is at least a window). ``ev``'s estimate first, from strided blocks; ``other``'s only where it passes (a flat
     step time under a leak fails about half). None otherwise."""
     n, k, q = ev.values.shape[0], ev.end.shape[0], ev.q
     if other.values.shape[0] != n or k == 0 or not np.array_equal(other.pos, ev.pos):
@@ -254,10 +254,11 @@ class Pushed:
 
 
 def span_growth(ev: Evals, other: Pushed | None, q: int, min_points: int,
-                flat: int | None = None) -> np.ndarray:
+                flat: int | None = None, cap: int | None = None) -> np.ndarray:
     """For each evaluation of ``ev``, the quick growth of ``other``'s points within the same step
-    span (NaN where ``other`` has fewer than ``min_points`` there; 0 where the span starts at or
-    after ``other``'s index ``flat``, see :func:`flat_from`)."""
+    span, at most its last ``cap`` (see :func:`span_window`; NaN where ``other`` has fewer than
+    ``min_points`` there; 0 where the span starts at or after ``other``'s index ``flat``, see
+    :func:`flat_from`)."""
     n = ev.end.shape[0]
     if other is None or n == 0 or other.values.shape[0] == 0:
         return np.full(n, np.nan)
@@ -265,6 +266,8 @@ def span_growth(ev: Evals, other: Pushed | None, q: int, min_points: int,
     s0 = ev.steps[ev.end - ev.window + 1]
     lo = other.steps.searchsorted(s0, "left")
     hi = other.pos.searchsorted(ev.pos[ev.end], "right")
+    if cap is not None:
+        lo = np.maximum(lo, hi - cap)
     ok = (hi - lo) >= max(min_points, q)
     out = np.full(n, np.nan)
     if flat is not None:
@@ -275,18 +278,26 @@ def span_growth(ev: Evals, other: Pushed | None, q: int, min_points: int,
     return out
 
 
-def span_window(ev: Evals, k: int, other: Pushed) -> tuple[np.ndarray, np.ndarray]:
+def span_window(ev: Evals, k: int, other: Pushed, cap: int | None = None
+                ) -> tuple[np.ndarray, np.ndarray]:
     """``other``'s (steps, values) within the step span of ``ev``'s evaluation k (up to the
-    evaluated record, by position: a later record may share its step)."""
+    evaluated record, by position: a later record may share its step), at most the last ``cap``.
+
+    The cap bounds what a live track must hold of a series logged far more often than the one
+    whose window it is (memory every 100 steps: a 200-point window spans 20,000 step times);
+    read the same way whole-file, it gives the same points however the stream is batched."""
     e = int(ev.end[k])
     lo = int(other.steps.searchsorted(ev.steps[e - ev.window + 1], "left"))
     hi = int(other.pos.searchsorted(ev.pos[e], "right"))
+    if cap is not None:
+        lo = max(lo, hi - cap)
     return other.steps[lo:hi].astype(np.float64), other.values[lo:hi]
 
 
-def span_trend(ev: Evals, k: int, other: Pushed, min_rho: float = -1.0
+def span_trend(ev: Evals, k: int, other: Pushed, min_rho: float = -1.0, cap: int | None = None
                ) -> tuple[float, float, float, int]:
-    """Exact trend of ``other`` within the step span of ``ev``'s evaluation k."""
-    x, y = span_window(ev, k, other)
+    """Exact trend of ``other`` within the step span of ``ev``'s evaluation k (at most its last
+    ``cap`` points: see :func:`span_window`)."""
+    x, y = span_window(ev, k, other, cap)
     slope, rho, growth = trend_in_order(x, y, min_rho)
     return slope, rho, growth, x.shape[0]

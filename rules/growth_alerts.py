@@ -83,9 +83,10 @@ def probe_hits(det: DetachConfig, probe: Episode, pts: Points) -> list[Hit]:
 
 
 def trend_hit(det: DetachConfig, frame: Frame, ev_t: Evals, ev_dm: Pushed | None, k: int,
-              rho: float) -> Hit | None:
+              rho: float, cap: int | None = None) -> Hit | None:
     """The hit for the step time rising in evaluation k (its Spearman ``rho``, known), if
-    it passes the bars."""
+    it passes the bars; the memory is read over the window's step span, at most its last
+    ``cap`` points (see :func:`~trainwatch.rules.growth.span_window`)."""
     min_rho = det.time_min_rho if ev_dm is not None else det.time_only_rho
     if rho < min_rho:
         return None  # (trend() would skip the slope, and the bar below fail)
@@ -95,7 +96,7 @@ def trend_hit(det: DetachConfig, frame: Frame, ev_t: Evals, ev_dm: Pushed | None
     if ev_dm is not None:
         if not (rho_t >= det.time_min_rho and g_t >= det.time_min_growth):
             return None
-        _ms, rho_m, g_m, n_m = span_trend(ev_t, k, ev_dm, det.memory_min_rho)
+        _ms, rho_m, g_m, n_m = span_trend(ev_t, k, ev_dm, det.memory_min_rho, cap)
         if not (n_m >= 5 and rho_m >= det.memory_min_rho and g_m >= det.memory_min_growth):
             return None
     elif not (rho_t >= det.time_only_rho and g_t >= det.time_only_growth):
@@ -152,11 +153,14 @@ def graph_hit(det: DetachConfig, ev_g: Evals, k: int) -> Hit | None:
 
 
 def memory_hit(mem: MemoryConfig, det: DetachConfig, frame: Frame, ev_m: Evals, ev_tl: Pushed,
-               k: int, m_trend: tuple[float, float, float]) -> tuple[Hit, bool]:
+               k: int, m_trend: tuple[float, float, float], cap: int | None = None
+               ) -> tuple[Hit, bool]:
     """The hit for memory rising in evaluation k (its exact ``m_trend``): state_detach when
-    the step time ramps up steadily with it, else memory_growth; and which."""
+    the step time ramps up steadily with it, else memory_growth; and which. The step time is
+    read over the window's step span, at most its last ``cap`` points (see
+    :func:`~trainwatch.rules.growth.span_window`)."""
     slope, rho, g = m_trend
-    x_t, y_t = span_window(ev_m, k, ev_tl)
+    x_t, y_t = span_window(ev_m, k, ev_tl, cap)
     n_t = x_t.shape[0]
     _slope, rho_t, g_t = trend_in_order(x_t, y_t, det.time_min_rho)
     e = int(ev_m.end[k])

@@ -40,6 +40,11 @@ from trainwatch.rules.growth_alerts import (
 from trainwatch.rules.models import DetachConfig, MemoryConfig
 from trainwatch.rules.trend_track import TrendTrack
 
+SPAN_CAP_WINDOWS = 16
+"""A window reads at most this many of the longer window's points of the other series in its step
+span (memory every 16 steps: a 200-point memory window's 3,200 step times are all read): what
+each track holds for the other's windows is bounded by it, whatever the two series' rates."""
+
 _EMPTY = Points("", np.empty(0, dtype=np.int64), np.empty(0), np.empty(0),
                 np.empty(0, dtype=np.int64))
 
@@ -54,8 +59,16 @@ class GrowthAnalysis:
     def __init__(self, mem: MemoryConfig, det: DetachConfig, ctx: Context) -> None:
         self.mem, self.det, self.ctx = mem, det, ctx
         keep = max(mem.window, det.window)
-        self.time_track = TrendTrack(keep, ranged=False)
-        self.mem_track = TrendTrack(keep)
+        self.span_cap = SPAN_CAP_WINDOWS * keep
+        """The most points of the other series a window reads in its step span (the last ones):
+        each track holds at most this many for the other's windows (see
+        :mod:`~trainwatch.rules.trend_track`), and the whole file is read the same way."""
+        self.time_track = TrendTrack(keep, ranged=False, window=det.window, cap=self.span_cap)
+        self.mem_track = TrendTrack(keep, window=mem.window, cap=self.span_cap)
+        # memory windows read the step time over their step span (memory_hit), step-time windows
+        # read the memory over theirs (the state_detach trend): each holds what the other reads
+        self.time_track.read_by = self.mem_track
+        self.mem_track.read_by = self.time_track
         self.graph_track = TrendTrack(det.graph_window)
         self.probe = Episode(rearm=10, cooldown=0)
         self._frame: Frame | None = None
@@ -120,8 +133,10 @@ class GrowthAnalysis:
             if probe_hits:
                 self.detach_fired = True
             return {"state_detach": probe_hits} if probe_hits else {}
+        # (the step time's reach before its points move: this frame's windows start there)
+        mem_from = self.mem_track.held_from()
         tp = self.time_track.push(time_pts)
-        mp = self.mem_track.push(mem_pts)
+        mp = self.mem_track.push(mem_pts, mem_from)
         mv = mp.values
         ev_t = tp.evals(det.window, det.every, det.warmup_points)
         ev_m = mp.evals(mem.window, mem.every, mem.warmup_points)
@@ -139,7 +154,7 @@ class GrowthAnalysis:
                     cand = joint  # both must rise
                 elif has_mem:
                     # both must rise: the step time's estimate only where memory's passes
-                    pre_m = span_growth(ev_t, mp, ev_t.q, 5, m_flat)
+                    pre_m = span_growth(ev_t, mp, ev_t.q, 5, m_flat, self.span_cap)
                     cand = pre_m >= det.memory_min_growth / 2
                     if cand.any():
                         cand &= ev_t.growth(mask=cand) >= det.time_min_growth / 2
@@ -175,7 +190,8 @@ class GrowthAnalysis:
                 out["state_detach"].append(probe_hits[k])
                 self.detach_fired = True
             elif kind == "trend" and not (self.trend_fired or self.mem_fired):
-                hit = trend_hit(self.det, frame, ev_t, mp if has_mem else None, k, t_rho.get(k))
+                hit = trend_hit(self.det, frame, ev_t, mp if has_mem else None, k, t_rho.get(k),
+                                self.span_cap)
                 if hit is not None:
                     out["state_detach"].append(hit)
                     self.trend_fired = self.detach_fired = True
@@ -251,7 +267,7 @@ class GrowthAnalysis:
         self.mem_active = True
         if self.detach_fired:
             return  # the same growth, already diagnosed as state_detach
-        hit, time_rising = memory_hit(mem, det, frame, ev_m, tp, k, m_trend)
+        hit, time_rising = memory_hit(mem, det, frame, ev_m, tp, k, m_trend, self.span_cap)
         if time_rising and det.enabled and not self.trend_fired:
             out["state_detach"].append(hit)
             self.trend_fired = self.detach_fired = True
@@ -294,6 +310,7 @@ def _finite(pts: Points | None) -> Points:
 
 class StateDetachRule(Rule):
     id = "state_detach"
+    reads_unresolved = ("memory",)  # no memory series: the step time alone may tell (time_only)
 
     def __init__(self, cfg: DetachConfig, ctx: Context, analysis: GrowthAnalysis) -> None:
         super().__init__(cfg, ctx)

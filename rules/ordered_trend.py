@@ -161,8 +161,15 @@ def _scratch(n: int) -> tuple[np.ndarray, np.ndarray]:
     size = (n // 2) * n
     bufs = getattr(_SCRATCH, "bufs", None)
     if bufs is None or bufs.shape[1] < size:
-        bufs = _SCRATCH.bufs = np.empty((2, size))
+        bufs = np.empty((2, size))
+        if size <= _SCRATCH_KEPT:  # (a rare long span, read across two series' rates: not kept)
+            _SCRATCH.bufs = bufs
     return bufs[0, :size].reshape(n // 2, n), bufs[1, :size].reshape(n // 2, n)
+
+
+_SCRATCH_KEPT = 256 * 512
+"""Largest buffer kept per thread (2 MB for the pair: windows up to 512 points); a longer window
+(a step-time span read by a memory window, up to 3,200 points: 80 MB) gets fresh ones."""
 
 
 def _median(a: np.ndarray) -> float:

@@ -10,14 +10,23 @@ for a frame that is evaluated (:meth:`TrendTrack.push`), and are then held as on
 frames are evaluated one after another each push concatenates two arrays, as a plain carried
 tail would.
 
-A held range may count a few points older than the last ``keep`` (those of the oldest frame, or
-of what a push held as one, at most ``keep`` further back): a range that is never narrower, and
-wider only for a positive series, only ever sends the analysis the long way (see
+A held range may count a few points older than those a window can read (those of the oldest
+frame, or of what a push held as one, at most ``keep`` further back): a range that is never
+narrower, and wider only for a positive series, only ever sends the analysis the long way (see
 :meth:`TrendTrack.minmax_from`), whose answers are exact.
 
 Steps never decrease within a segment (a lower step starts a new one, and the analysis is
 rewound), so the points a window can hold (after a warm-up counted in points, or from a step
 on) are a suffix of the held ones.
+
+The other series' windows read this one by *step* span (memory's 200-point windows read the step
+time of their ~2,000 steps when memory is logged every 10 steps), so a track that another reads
+(:attr:`TrendTrack.read_by`) also holds every point from the first step of that series' oldest
+window still to be read (:meth:`TrendTrack.reach_step`), up to ``cap`` points: live, a frame's
+windows then read what they would read in the file read whole. The reads take at most the last
+``cap`` points of a span (see :func:`~trainwatch.rules.growth.span_window`), so a series logged
+far more often than the other is held to ``cap`` points (plus the rest of the oldest frame, at
+most a push's ``cap`` and a frame: under ``2 * cap`` and a frame in all), not to the whole span.
 """
 
 from __future__ import annotations
@@ -47,17 +56,51 @@ _Arrays = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
 class TrendTrack:
-    """The last ``keep`` points of one series, carried across frames."""
+    """The last ``keep`` points of one series, carried across frames (and those another series'
+    windows can still read: see :attr:`read_by`)."""
 
-    def __init__(self, keep: int, ranged: bool = True) -> None:
+    def __init__(self, keep: int, ranged: bool = True, window: int | None = None,
+                 cap: int | None = None) -> None:
         self.keep = keep
         self.ranged = ranged
         """Whether :meth:`minmax_from` will be asked (each frame's range is then taken as it
         comes)."""
+        self.window = keep if window is None else window
+        """Points in this series' own windows (at most ``keep``: the points a window can still
+        hold are then always held, see :meth:`reach_step`)."""
+        if not 2 <= self.window <= keep:
+            raise ValueError(f"window {self.window} must be from 2 to keep ({keep})")
+        self.cap = keep if cap is None else max(cap, keep)
+        """The most points held for :attr:`read_by`'s windows (they read no more of a span)."""
+        self.slack = 0 if ranged else keep
+        """Points held past ``keep`` (with :attr:`read_by`) before any is let go: trimming on
+        every frame costs more than holding more points (which no window then reads). Zero when
+        ranged: the held points would widen the range the flat test reads on every frame."""
+        self._read_by: TrendTrack | None = None
+        self._trim_at = keep
+        """Frames are let go once the newer ones hold this many points."""
         self.reset()
+
+    @property
+    def read_by(self) -> TrendTrack | None:
+        """The track whose windows read this series over their step spans: the points from the
+        first step of its oldest window still to be read are held as well (up to ``cap``)."""
+        return self._read_by
+
+    @read_by.setter
+    def read_by(self, other: TrendTrack | None) -> None:
+        self._read_by = other
+        self._trim_at = self.keep if other is None else self.keep + self.slack
+        self._since = math.inf if other is None else -math.inf  # (nothing known yet)
 
     def reset(self) -> None:
         self.count = 0
+        self._reach_at = -1
+        self._reach = 0.0
+        """:meth:`reach_step`'s answer, and the count it was asked at."""
+        self._since = -math.inf if self.read_by is not None else math.inf
+        """The last :meth:`from_step` known: it only grows within a segment, so the points
+        before it are not read (those after it may be)."""
         # the held frames, oldest first: their arrays, the count (1-based since the reset) of
         # each one's first point, its length, and its values' range (if ranged)
         self._arrs: deque[_Arrays] = deque()
@@ -66,9 +109,10 @@ class TrendTrack:
         self._lo: deque[float] = deque()
         self._hi: deque[float] = deque()
         self._n_held = 0
-        """Points in the held frames: the last ``keep`` and the rest of the oldest frame.
-        While it is more than ``keep``, the oldest frame's range may count points that are not
-        among the last ``keep`` (see :meth:`minmax_from`)."""
+        """Points in the held frames: those a window may read (the last ``keep``, and
+        :attr:`read_by`'s reach) and the rest of the oldest frames. While it is more than
+        ``keep``, the oldest frame's range may count points that no window reads (see
+        :meth:`minmax_from`)."""
         self._next: tuple[Points, float, float] | None = None
         """The frame :meth:`minmax_from` looked at and its range, to be held next."""
         self._wide: int | None = None
@@ -94,28 +138,161 @@ class TrendTrack:
             self._hi.append(hi)
         self._n_held += n
         self.count += n
-        keep, ns = self.keep, self._n
-        while self._n_held - ns[0] >= keep:  # (the others still hold the last keep)
-            self._n_held -= ns.popleft()
-            self._wide = None
-            self._arrs.popleft()
-            self._first.popleft()
-            if self.ranged:
-                self._lo.popleft()
-                self._hi.popleft()
+        ns = self._n
+        rest = self._n_held - ns[0]
+        if rest >= self._trim_at:
+            arrs = self._arrs
+            if rest >= self.cap or arrs[0][0].item(-1) < self._since:
+                # (the usual case, without _trim's loop: this runs on every frame) the oldest
+                # frame is past the keep and before what the other's windows read (as the last
+                # step known says: see _trim)
+                self._drop_oldest(rest)
+                if rest - ns[0] < self._trim_at:
+                    return
+            self._trim()
 
-    def push(self, pts: Points) -> Pushed:
-        """The last ``keep`` points before this frame followed by the frame's, for evaluation
-        schedules. They are held from then on as one frame (the next push concatenates two
-        arrays, not every frame held since)."""
+    def _trim(self) -> None:
+        """Let go of the oldest frames while the others hold the last ``keep`` points and every
+        point :attr:`read_by`'s windows can still read (those from :meth:`from_step` on, up to
+        ``cap``). The last step known is a bound (it only grows) that lets most frames go
+        without asking it again; asked, it is as it stands (when this track moves first in a
+        frame, the other's is the step before its frame's points: earlier, so more is held,
+        never less)."""
+        keep, ns, arrs = self.keep, self._n, self._arrs
+        asked = self._read_by is None
+        since = math.inf if asked else self._since
+        while True:
+            rest = self._n_held - ns[0]
+            if rest < keep:
+                return
+            # (.item: a numpy integer scalar compares with a float slower than all the rest)
+            if rest < self.cap and arrs[0][0].item(-1) >= since:
+                # the oldest frame may hold a point the other's windows read
+                if asked:
+                    return
+                since = self._since = self.from_step(1)
+                asked = True
+                if arrs[0][0].item(-1) >= since:
+                    return
+            self._drop_oldest(rest)
+
+    def _drop_oldest(self, rest: int) -> None:
+        """Let go of the oldest frame held (``rest``: the points the others hold)."""
+        self._n_held = rest
+        self._n.popleft()
+        self._wide = None
+        self._arrs.popleft()
+        self._first.popleft()
+        if self.ranged:
+            self._lo.popleft()
+            self._hi.popleft()
+
+    def reach_step(self) -> float | None:
+        """Step of the oldest point one of this series' windows can still hold: the
+        ``window - 1``-th last (a window ends at a point still to come), or the first since the
+        reset while fewer are held (none was let go then: a track lets go only while it holds
+        ``keep``); None while none is held."""
+        n = self._n_held
+        if not n:
+            return None
+        if self._reach_at == self.count:
+            return self._reach
+        k = min(self.window - 1, n)
+        step = None
+        if 2 * k <= n:  # (walk from the nearer end: a few frames)
+            for a in reversed(self._arrs):
+                m = a[0].shape[0]
+                if k <= m:
+                    step = a[0].item(m - k)
+                    break
+                k -= m
+        else:
+            i = n - k
+            for a in self._arrs:
+                m = a[0].shape[0]
+                if i < m:
+                    step = a[0].item(i)
+                    break
+                i -= m
+        self._reach_at, self._reach = self.count, float(step)  # type: ignore[arg-type]
+        return self._reach
+
+    def from_step(self, new_frames: int = 0) -> float:
+        """The step from which :attr:`read_by`'s windows may read this series (its
+        :meth:`reach_step`); inf when no other reads it. While the other holds nothing, this
+        series' last step before its ``new_frames`` newest held frames (those of the frame
+        being read, whose records may hold the other's first points at earlier steps): the
+        other's first point cannot come before it."""
+        other = self._read_by
+        if other is None:
+            return math.inf
+        s = other.reach_step()
+        if s is None:
+            arrs = self._arrs
+            return float(arrs[-1 - new_frames][0].item(-1)) if len(arrs) > new_frames else (
+                -math.inf)
+        return s
+
+    def held_from(self) -> float:
+        """:meth:`from_step`, or the last one known where either gives the same points (the
+        point before the last ``keep`` is before it: a window reads the last ``keep`` either
+        way), which spares asking the other track's reach on most evaluated frames."""
+        if self._n_held <= self.keep or self._before_keep() < self._since:
+            return self._since
+        return self.from_step()
+
+    def _before_keep(self) -> int:
+        """The step of the point before the last ``keep`` (more are held): a walk over the
+        frames' lengths from the oldest, where it is, and one value read."""
+        i = self._n_held - self.keep - 1
+        for j, m in enumerate(self._n):
+            if i < m:
+                return self._arrs[j][0].item(i)
+            i -= m
+        raise AssertionError("fewer points held than counted")
+
+    def _n_reach(self, since: float) -> int:
+        """How many of the held points a window may read: the last ``keep``, and those at step
+        ``since`` or later, up to ``cap``."""
+        n, keep = self._n_held, self.keep
+        if n <= keep or since == math.inf:
+            return min(n, keep)
+        if self._before_keep() < since:
+            return keep  # (the usual case)
+        r = 0
+        for a in reversed(self._arrs):
+            st = a[0]
+            m = st.shape[0]
+            if st.item(0) >= since:
+                r += m
+                if r >= self.cap:
+                    break
+                continue
+            r += m - int(st.searchsorted(since, "left"))
+            break
+        return min(n, max(keep, min(self.cap, r)))
+
+    def push(self, pts: Points, since: float | None = None) -> Pushed:
+        """The last ``keep`` points before this frame (and those from step ``since`` on, up to
+        ``cap``: by default :meth:`held_from`, which the caller asks before the other track
+        moves in this frame) followed by the frame's, for evaluation schedules. They are held
+        from then on as one frame (the next push concatenates two arrays, not every frame held
+        since)."""
         m = pts.values.shape[0]
-        n_old, c0 = min(self._n_held, self.keep), self.count
+        c0 = self.count
         if not self._n_held and (not m or _same_kinds(pts)):
             # nothing carried (after a reset; a whole run read at once is one frame): the
             # frame's arrays as they are, not copies
             self.advance(pts)
             return Pushed(pts.steps, pts.values, pts.pos, pts.times, 0, c0)
-        cut = self._n_held - n_old  # (the oldest frame's points before the last keep)
+        if since is None:
+            since = self.held_from()
+        self._since = max(self._since, since)
+        n_old = self._n_reach(since) if self._n_held else 0
+        ns = self._n
+        while self._n_held and self._n_held - ns[0] >= n_old:  # (no window reads them)
+            self._drop_oldest(self._n_held - ns[0])
+        cut = self._n_held - n_old  # (the oldest frame's points no window reads)
         if m and len(self._arrs) == 1:
             return self._push_onto_one(pts, n_old, c0, cut)
         parts = list(self._arrs) or [(_NO_INTS, _NO_FLOATS, _NO_INTS, _NO_FLOATS)]
@@ -235,15 +412,17 @@ class TrendTrack:
 
     def _exact_minmax(self, pts: Points, first_count: int, first_step: float
                       ) -> tuple[float, float] | None:
-        """:meth:`minmax_from` of exactly the last ``keep`` points and ``pts``'."""
+        """:meth:`minmax_from` of exactly the points a window may read (see :meth:`_n_reach`)
+        and ``pts``'."""
         lo, hi = math.inf, -math.inf
-        extra = self._n_held - min(self._n_held, self.keep)
+        extra = self._n_held - self._n_reach(self.from_step())
         frames = [*((a[0], a[1], c) for a, c in zip(self._arrs, self._first)),
                   (pts.steps, pts.values, self.count + 1)]
         for j, (st, v, c) in enumerate(frames):
             i = _first_counted(st, v.shape[0], c, first_count, first_step)
-            if j == 0:
+            if j < len(frames) - 1:
                 i = max(i, extra)
+                extra = max(0, extra - v.shape[0])
             if i < v.shape[0]:
                 a, b = min_max(v[i:])
                 lo, hi = min(lo, a), max(hi, b)

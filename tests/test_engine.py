@@ -376,6 +376,16 @@ def test_a_reset_forgets_the_rank_streams() -> None:
         ("rank_straggler", 510)]
 
 
+def _read_in(lines: list[bytes], k: int, live: bool) -> list[Alert]:
+    """The alerts of ``lines`` fed in reads of ``k`` lines (``live``: as the TUI feeds them)."""
+    p = JsonlParser("metrics.jsonl", clock=lambda: 0.0)
+    e = RuleEngine(CFG, live=live)
+    for i in range(0, len(lines), k):
+        e.feed(p.parse(b"".join(lines[i:i + k]), i + 1))
+    e.finish(now=1e9)
+    return e.alerts
+
+
 @pytest.mark.parametrize("lines_per_read", [1, 7, 300])
 def test_a_series_counts_from_the_record_it_first_appears_at(lines_per_read: int) -> None:
     """Roles are resolved from the names seen so far: a series that first appears after
@@ -388,12 +398,8 @@ def test_a_series_counts_from_the_record_it_first_appears_at(lines_per_read: int
     lines = [(r + "\n").encode() for r in recs]
 
     def drops(k: int, live: bool) -> list[tuple[int, str]]:
-        p = JsonlParser("metrics.jsonl", clock=lambda: 0.0)
-        e = RuleEngine(CFG, live=live)
-        for i in range(0, len(lines), k):
-            e.feed(p.parse(b"".join(lines[i:i + k]), i + 1))
-        e.finish(now=1e9)
-        return [(a.step, a.message) for a in e.alerts if a.rule == "throughput_drop"]
+        return [(a.step, a.message) for a in _read_in(lines, k, live)
+                if a.rule == "throughput_drop"]
 
     one_by_one = drops(1, live=True)
     assert one_by_one and one_by_one[0][0] == 240
@@ -415,14 +421,31 @@ def test_a_role_moves_to_a_better_named_series_at_the_same_record_however_read()
     lines = [(json.dumps(r) + "\n").encode() for r in recs]
 
     def alerts(k: int, live: bool) -> list[tuple[str, int, str | None, str]]:
-        p = JsonlParser("metrics.jsonl", clock=lambda: 0.0)
-        e = RuleEngine(CFG, live=live)
-        for i in range(0, len(lines), k):
-            e.feed(p.parse(b"".join(lines[i:i + k]), i + 1))
-        e.finish(now=1e9)
-        return [(a.rule, a.step, a.metric, a.message) for a in e.alerts]
+        return [(a.rule, a.step, a.metric, a.message) for a in _read_in(lines, k, live)]
 
     one_by_one = alerts(1, live=True)
     assert ("loss_spike", 301) in [(r, s) for r, s, _m, _t in one_by_one]
     assert alerts(7, live=True) == one_by_one
     assert alerts(len(lines), live=False) == one_by_one
+
+
+def test_a_memory_series_that_comes_late_counts_from_its_first_record() -> None:
+    """Until a memory series comes, state_detach may tell a missing detach from the step time
+    alone (time_only): read whole, the frame is cut where memory first appears, so a step time
+    that ramps before it is told as it is fed record by record."""
+    rng = np.random.default_rng(0)
+    recs = []
+    for s in range(1, 1201):
+        r = {"step": s, "time": float(s), "step_time": 0.5 * (1 + s / 50) + rng.normal(0, 0.01)}
+        if s >= 400:
+            r["memory"] = 1000.0 + rng.normal(0, 0.5)
+        recs.append(r)
+    lines = [(json.dumps(r) + "\n").encode() for r in recs]
+
+    def detach(k: int, live: bool) -> list[tuple[int, str]]:
+        return [(a.step, a.message) for a in _read_in(lines, k, live) if a.rule == "state_detach"]
+
+    one_by_one = detach(1, live=True)
+    assert [s for s, _m in one_by_one] == [40]
+    assert detach(7, live=True) == one_by_one
+    assert detach(len(lines), live=False) == one_by_one
