@@ -193,6 +193,33 @@ def rolling_noise_list(hist: list[float], rel: list[float]) -> list[float]:
     return out
 
 
+def sorted_medians(rows: np.ndarray) -> np.ndarray:
+    """Each row's median, sorting ``rows`` in place (numpy's sort: what decides the sign of a
+    zero median)."""
+    k = rows.shape[1]
+    rows.sort(axis=1)
+    med = rows[:, (k - 1) // 2] + rows[:, k // 2]
+    med *= 0.5  # = median_sorted(rows), in place
+    return med
+
+
+def list_block_medians(v: list[float], k: int, nb: int) -> tuple[list[list[float]], list[float]]:
+    """The first ``nb`` blocks of ``k`` values of ``v``, sorted, and their medians, on Python
+    floats: the bits of :func:`sorted_medians`. Sorting orders equal floats alike except 0.0
+    and -0.0, so a block whose two middle values are zeros (where the order of their signs
+    shows in the median's) has its median taken by numpy's sort."""
+    lo, hi = (k - 1) // 2, k // 2
+    rows = [sorted(v[j * k:(j + 1) * k]) for j in range(nb)]
+    meds = []
+    for j, r in enumerate(rows):
+        a, b = r[lo], r[hi]
+        if a == 0.0 and b == 0.0:
+            meds.append(float(sorted_medians(np.array([v[j * k:(j + 1) * k]]))[0]))
+        else:
+            meds.append((a + b) * 0.5)
+    return rows, meds
+
+
 class BlockStream:
     def __init__(self, k: int, *, noise: bool = True, lazy: bool = False) -> None:
         self.k = k
@@ -236,9 +263,8 @@ class BlockStream:
         v = np.concatenate((self._v, pts.values)) if c else pts.values
         n = nb * k
         self._v = v[n:].tolist()
-        rows = np.sort(v[:n].reshape(-1, k), axis=1)
-        med = rows[:, (k - 1) // 2] + rows[:, k // 2]
-        med *= 0.5  # = median_sorted(rows), in place
+        rows = v[:n].reshape(-1, k).copy()
+        med = sorted_medians(rows)
         self.count += nb
         if not self.noise:
             return Blocks(med, _NONE, _NONE, steps, times, pos)
@@ -265,16 +291,8 @@ class BlockStream:
         """:meth:`push` of a few blocks, on Python floats."""
         k = self.k
         v = self._v + pts.values.tolist()
-        rows = [sorted(v[j * k:(j + 1) * k]) for j in range(nb)]
+        rows, meds = list_block_medians(v, k, nb)
         self._v = v[nb * k:]
-        meds = [(r[(k - 1) // 2] + r[k // 2]) * 0.5 for r in rows]
-        if 0.0 in meds:
-            # (a zero median's sign is that of the zeros numpy's sort puts in the middle, which
-            # it orders unlike Python's stable sort: the long push's sort decides it)
-            for j, x in enumerate(meds):
-                if x == 0.0:
-                    r = np.sort(np.array(v[j * k:(j + 1) * k]))
-                    meds[j] = float((r[(k - 1) // 2] + r[k // 2]) * 0.5)
         self.count += nb
         med = np.array(meds)
         if not self.noise:

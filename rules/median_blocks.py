@@ -18,20 +18,11 @@ from __future__ import annotations
 import numpy as np
 
 from trainwatch.rules.base import Points
-from trainwatch.rules.blocks import Blocks
+from trainwatch.rules.block_stream import Blocks, list_block_medians, sorted_medians
 
 SHORT = 64
 """Pushes of at most this many points are taken in Python floats."""
 _NONE = np.empty(0)
-
-
-def _sorted_medians(rows: np.ndarray) -> np.ndarray:
-    """The median of each row of ``rows`` (as ``median_sorted`` of their sorted rows)."""
-    k = rows.shape[1]
-    rows = np.sort(rows, axis=1)
-    med = rows[:, (k - 1) // 2] + rows[:, k // 2]
-    med *= 0.5
-    return med
 
 
 class MedianBlocks:
@@ -63,7 +54,7 @@ class MedianBlocks:
         self._pts, self._before = pts, c
         v = np.concatenate((np.array(carry), pts.values)) if c else pts.values
         n = v.shape[0] // k * k
-        med = _sorted_medians(v[:n].reshape(-1, k))
+        med = sorted_medians(v[:n].reshape(-1, k).copy())
         self._carry, self._med = v[n:].tolist(), med
         self._meds = med.tolist()
         return self._meds
@@ -77,17 +68,9 @@ class MedianBlocks:
             return []
         self._pts, self._before = pts, len(carry)
         vals = carry + values
-        n = len(vals) // k * k
-        lo, hi = (k - 1) // 2, k // 2
-        meds = []
-        for j in range(0, n, k):
-            s = sorted(vals[j:j + k])
-            a, b = s[lo], s[hi]
-            if a == 0.0 and b == 0.0:  # (the signs of zeros: as numpy's sort orders them)
-                meds.append(float(_sorted_medians(np.array([vals[j:j + k]]))[0]))
-            else:
-                meds.append((a + b) * 0.5)
-        self._carry, self._med, self._meds = vals[n:], None, meds
+        nb = len(vals) // k
+        _rows, meds = list_block_medians(vals, k, nb)
+        self._carry, self._med, self._meds = vals[nb * k:], None, meds
         return meds
 
     def blocks(self) -> Blocks:
