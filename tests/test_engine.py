@@ -449,3 +449,22 @@ def test_a_memory_series_that_comes_late_counts_from_its_first_record() -> None:
     assert [s for s, _m in one_by_one] == [40]
     assert detach(7, live=True) == one_by_one
     assert detach(len(lines), live=False) == one_by_one
+
+
+def test_lightnings_per_step_loss_stays_the_loss_after_an_epoch_ends() -> None:
+    """Lightning logs ``self.log(..., on_step=True, on_epoch=True)`` as ``train_loss_step`` on
+    every step and ``train_loss_epoch`` at each epoch's end: the loss is the per-step series
+    before and after the first epoch's value comes (else the loss rules would read one point
+    per epoch from then on)."""
+    from trainwatch.roles import DEFAULT_ROLES
+
+    assert DEFAULT_ROLES.resolve({"train_loss_epoch", "train_loss_step"})["loss"] == \
+        "train_loss_step"
+    lines = [(json.dumps({"step": s, "time": float(s), "train_loss_step": 2.0 - s / 1000}
+                         | ({"train_loss_epoch": 1.9} if s == 100 else {})) + "\n").encode()
+             for s in range(1, 301)]
+    e = RuleEngine(CFG, live=True)
+    p = JsonlParser("metrics.jsonl", clock=lambda: 0.0)
+    for i, line in enumerate(lines):
+        e.feed(p.parse(line, i + 1))
+        assert e._roles["loss"] == "train_loss_step", i

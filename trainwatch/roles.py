@@ -13,8 +13,10 @@ from dataclasses import dataclass, field
 ROLES = ("loss", "val_loss", "lr", "grad_norm", "throughput", "step_time", "memory", "epoch")
 
 DEFAULT_ALIASES: Mapping[str, tuple[str, ...]] = {
-    "loss": ("loss", "train_loss", "train/loss", "total_loss", "trl", "train/loss_epoch",
-             "train_loss_epoch", "train_loss_step", "train/total_loss"),
+    # (Lightning logs ``on_step`` and ``on_epoch`` as ``_step`` and ``_epoch`` series: the
+    # per-step one first, or the loss would become one point per epoch once the first ends)
+    "loss": ("loss", "train_loss", "train/loss", "total_loss", "trl", "train_loss_step",
+             "train/loss_step", "train/loss_epoch", "train_loss_epoch", "train/total_loss"),
     "val_loss": ("val_loss", "eval_loss", "val/loss", "eval/loss", "valid_loss", "tel",
                  "validation_loss", "val_loss_epoch", "test_loss"),
     "lr": ("lr", "learning_rate", "train/learning_rate", "train/lr", "lr-0"),
