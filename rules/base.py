@@ -312,10 +312,11 @@ class Rule:
 
     id: str = ""
     order: int = 0
-    reads_unresolved: tuple[str, ...] = ()
-    """Roles whose having no series yet changes what the rule does (a fallback: throughput from
-    the step time). The engine then counts a series of such a role from the record it first
-    appears at, whatever the batching (see ``RuleEngine._new_names``)."""
+    reads_unresolved: tuple[tuple[str, str], ...] = ()
+    """(role, the role the rule reads instead while no series of the first is seen): a fallback,
+    throughput from the step time. When the fallback's series is there, the engine counts a
+    series of the first role from the record it first appears at, whatever the batching (see
+    ``RuleEngine._new_names``)."""
 
     def __init__(self, cfg: Any, ctx: Context) -> None:
         self.cfg = cfg

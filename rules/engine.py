@@ -99,7 +99,11 @@ class RuleEngine:
             else:
                 rules.append(cls(rule_cfg, ctx))
         self._rules = rules
-        self._unresolved_read = frozenset(r for rule in rules for r in rule.reads_unresolved)
+        self._fallbacks: dict[str, set[str]] = {}
+        """Role -> the roles rules read instead while it is unresolved (Rule.reads_unresolved)."""
+        for rule in rules:
+            for role, instead in rule.reads_unresolved:
+                self._fallbacks.setdefault(role, set()).add(instead)
         self._enabled = plan.enabled
         self._stream: StalledStreamRule | None = (
             rules[plan.stream] if plan.stream is not None else None)  # type: ignore[assignment]
@@ -182,8 +186,8 @@ class RuleEngine:
         so far, so fed record by record a name counts from the record it first appears at; read
         in bigger batches, it must count from there too where that can change what a rule
         reads: where it moves a role to another series, or resolves a role whose absence a rule
-        reads (``Rule.reads_unresolved``: throughput from the step time until a throughput
-        series comes). Those names are returned by the record they first appear at (the frame
+        reads while the series it reads instead is there (``Rule.reads_unresolved``: throughput
+        from the step time until a throughput series comes). Those names are returned by the record they first appear at (the frame
         is cut there); the others are seen at once: before their first point, a role that is
         resolved but has no point reads the same as an unresolved one (a frame holds only
         series with points)."""
@@ -207,7 +211,8 @@ class RuleEngine:
                 roles = _resolve(self.cfg.roles, names) if now else self._roles
             names.update(new)
             after = _resolve(self.cfg.roles, names)
-            if any(after.get(role) != name if name is not None else role in self._unresolved_read
+            if any(after.get(role) != name if name is not None
+                   else not self._fallbacks.get(role, set()).isdisjoint(roles)
                    for role, name in ((role, roles.get(role)) for role in after)):
                 late[r] = new
             else:

@@ -310,7 +310,7 @@ def _finite(pts: Points | None) -> Points:
 
 class StateDetachRule(Rule):
     id = "state_detach"
-    reads_unresolved = ("memory",)  # no memory series: the step time alone may tell (time_only)
+    reads_unresolved = (("memory", "step_time"),)  # (no memory: step time alone, time_only)
 
     def __init__(self, cfg: DetachConfig, ctx: Context, analysis: GrowthAnalysis) -> None:
         super().__init__(cfg, ctx)

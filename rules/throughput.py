@@ -55,7 +55,7 @@ _FIXES = (("Check what else runs on the machine (top, nvidia-smi): other process
 
 
 class ThroughputDropRule(Rule):
-    reads_unresolved = ("throughput",)  # no throughput series: the step time's inverse
+    reads_unresolved = (("throughput", "step_time"),)  # (no throughput series: the inverse)
     fast = True
     """Take a live frame's values as Python floats (:class:`MedianBlocks`), a frame's blocks
     whose lowest is above the bar in one test, and runs of quiet blocks in one vectorised step
