@@ -84,9 +84,9 @@ class StalledStreamRule(Rule):
         """The last frame taken by :meth:`_quiet`, whose last record ``last_step`` and
         ``last_pos`` are not yet read from (see :meth:`_settle`)."""
         self._acting = frozenset((*cfg.end_events, *_STARTS))
+        """Event names that end or restart the stream (other events leave it running)."""
         self._memo: tuple[np.ndarray, float, float] | None = None
         """(``_gaps``, its limit and median) as :meth:`_current_limit` last computed them."""
-        """Event names that end or restart the stream (other events leave it running)."""
         self.finished = False
         self.announced = False
         """A start event was seen: this writer promises a ``run_end`` (framework logs never do)."""
@@ -122,10 +122,13 @@ class StalledStreamRule(Rule):
         run = self._run
         if len(run) > 1:
             a = np.array(run)
-            g = a[1:] - a[:-1]
-            w = self.cfg.gap_window
-            self._gaps = g[-w:] if g.shape[0] >= w else np.concatenate((self._gaps, g))[-w:]
+            self._keep_gaps(a[1:] - a[:-1])
         run.clear()
+
+    def _keep_gaps(self, g: np.ndarray) -> None:
+        """Add the valid gaps ``g`` (in order) to the history: only its last ``gap_window``."""
+        w = self.cfg.gap_window
+        self._gaps = g[-w:] if g.shape[0] >= w else np.concatenate((self._gaps, g))[-w:]
 
     def _quiet(self, frame: Frame, n: int) -> bool:
         """A small frame that cannot fire, taken with Python floats: True when every record
@@ -229,8 +232,7 @@ class StalledStreamRule(Rule):
             seg = _without(gap, i, bad[:bisect_left(bad, i)], w)
             before = seg[-w:] if seg.shape[0] >= w else np.concatenate((self._gaps, seg))
             self._judge(frame, i, gap, last, before, hits)
-        keep = _without(gap, n, bad, w)
-        self._gaps = keep[-w:] if keep.shape[0] >= w else np.concatenate((self._gaps, keep))[-w:]
+        self._keep_gaps(_without(gap, n, bad, w))
         return hits
 
     def _stalls_masked(self, frame: Frame, gap: np.ndarray, last: float, valid: np.ndarray
@@ -245,9 +247,7 @@ class StalledStreamRule(Rule):
             vidx = valid.nonzero()[0]
             for i in cand.tolist():
                 self._judge(frame, i, gap, last, np.concatenate([self._gaps, vg[vidx < i]]), hits)
-        keep = gap if np.count_nonzero(valid) == n else gap[valid]
-        w = cfg.gap_window
-        self._gaps = keep[-w:] if keep.shape[0] >= w else np.concatenate((self._gaps, keep))[-w:]
+        self._keep_gaps(gap if np.count_nonzero(valid) == n else gap[valid])
         return hits
 
     def _judge(self, frame: Frame, i: int, gap: np.ndarray, last: float, before: np.ndarray,
