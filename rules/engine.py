@@ -25,7 +25,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from trainwatch.batch import RecordBatch
-from trainwatch.roles import RoleTable
 from trainwatch.rules.alert import Alert
 from trainwatch.rules.base import Context, Hit, Rule
 from trainwatch.rules.config import RulesConfig, load_rules_config
@@ -208,9 +207,9 @@ class RuleEngine:
                 names.update(new)
                 continue
             if roles is None:
-                roles = _resolve(self.cfg.roles, names) if now else self._roles
+                roles = self.cfg.roles.resolve(names) if now else self._roles
             names.update(new)
-            after = _resolve(self.cfg.roles, names)
+            after = self.cfg.roles.resolve(names)
             if any(after.get(role) != name if name is not None
                    else not self._fallbacks.get(role, set()).isdisjoint(roles)
                    for role, name in ((role, roles.get(role)) for role in after)):
@@ -224,7 +223,7 @@ class RuleEngine:
 
     def _see(self, names: list[str]) -> None:
         self._names.update(names)
-        self._roles = _resolve(self.cfg.roles, self._names)
+        self._roles = self.cfg.roles.resolve(self._names)
         self._wanted = self._interest()
 
     def feed_rank(self, rank: int, batch: RecordBatch, now: float | None = None) -> list[Alert]:
@@ -324,8 +323,8 @@ class _Plan:
 
 
 _PLANS: dict[int, tuple[RulesConfig, _Plan]] = {}
-"""Plans by config, as :data:`_RESOLVED` keeps roles (an entry holds its config, so the id in
-its key is never reused; any thread)."""
+"""Plans by config (an entry holds its config, so the id in its key is never reused; any
+thread)."""
 
 
 def _plan(cfg: RulesConfig) -> _Plan:
@@ -357,25 +356,3 @@ def _plan(cfg: RulesConfig) -> _Plan:
         _PLANS.clear()
     _PLANS[id(cfg)] = (cfg, plan)
     return plan
-
-
-_RESOLVED: dict[tuple[int, frozenset[str]], tuple[RoleTable, dict[str, str]]] = {}
-"""Roles resolved from a table and a set of names (every engine of a backfill of many runs with
-the same metrics asks the same question). Shared by every engine, on any thread: a lookup and a
-store are single dict operations (atomic under the GIL), an entry holds its table so the id in
-its key is never reused, and callers get a copy of the roles."""
-
-
-def _resolve(table: RoleTable, names: set[str]) -> dict[str, str]:
-    """``table.resolve(names)``, remembered: a pure function of the table and the set of names
-    (the table breaks ties by name, not by the order it is given them)."""
-    seq = frozenset(names)
-    key = (id(table), seq)
-    hit = _RESOLVED.get(key)
-    if hit is not None and hit[0] is table:  # (the table held: its id is not reused)
-        return dict(hit[1])
-    roles = table.resolve(seq)
-    if len(_RESOLVED) >= 256:
-        _RESOLVED.clear()
-    _RESOLVED[key] = (table, roles)
-    return dict(roles)

@@ -43,26 +43,6 @@ def median_of_others_full(a: np.ndarray) -> np.ndarray:
     return out
 
 
-_ROLES: dict[tuple[int, frozenset[str]], tuple[RoleTable, str | None, str | None]] = {}
-"""(step time, throughput) series of a set of names, by role table (every rank's batches ask
-the same question: a role resolution costs tens of microseconds). Any thread: a lookup and a
-store are single dict operations; an entry holds its table, so the id in its key is not
-reused."""
-
-
-def _timing_series(table: RoleTable, names: frozenset[str]) -> tuple[str | None, str | None]:
-    """The series of the step time and of the throughput among ``names``."""
-    key = (id(table), names)
-    hit = _ROLES.get(key)
-    if hit is not None and hit[0] is table:
-        return hit[1], hit[2]
-    found = table.resolve(names)
-    if len(_ROLES) >= 256:
-        _ROLES.clear()
-    _ROLES[key] = (table, found.get("step_time"), found.get("throughput"))
-    return found.get("step_time"), found.get("throughput")
-
-
 class _RankState:
     def __init__(self) -> None:
         self.steps = np.empty(0, dtype=np.int64)
@@ -93,7 +73,8 @@ class RankStraggler:
         self.done_step = -1
 
     def _series(self, batch: RecordBatch) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-        name, thr = _timing_series(self.roles, frozenset(batch.series))
+        found = self.roles.resolve(batch.series)  # (remembered by the table)
+        name, thr = found.get("step_time"), found.get("throughput")
         inverted = False
         if name is None:
             name, inverted = thr, True

@@ -311,17 +311,18 @@ def test_context_recent_and_count_before_against_the_whole_history(seed: int) ->
 
 
 def test_resolved_roles_are_remembered_per_table() -> None:
-    from trainwatch.roles import DEFAULT_ROLES
-    from trainwatch.rules.engine import _resolve
+    from trainwatch.roles import DEFAULT_ROLES, RoleTable
 
     names = {"loss", "lr-AdamW", "lr-SGD", "memory", "acc"}
     mine = DEFAULT_ROLES.extended({"lr": ["lr-SGD"]})
     for table in (DEFAULT_ROLES, mine, DEFAULT_ROLES, mine):  # the second time, remembered
-        assert _resolve(table, names) == table.resolve(names)
-    assert _resolve(mine, names)["lr"] == "lr-SGD"
-    got = _resolve(DEFAULT_ROLES, names)
-    got["loss"] = "changed"  # each engine gets its own dict
-    assert _resolve(DEFAULT_ROLES, names)["loss"] == "loss"
+        fresh = RoleTable(table.aliases, table.patterns)  # (nothing remembered yet)
+        assert table.resolve(names) == fresh.resolve(names)
+        assert frozenset(names) in table._resolved  # type: ignore[attr-defined]
+    assert mine.resolve(names)["lr"] == "lr-SGD"
+    got = DEFAULT_ROLES.resolve(names)
+    got["loss"] = "changed"  # each caller gets its own dict
+    assert DEFAULT_ROLES.resolve(names)["loss"] == "loss"
 
 
 def test_equally_ranked_names_resolve_the_same_in_any_order() -> None:
