@@ -38,7 +38,7 @@ from trainwatch.rules.episode import Episode
 from trainwatch.rules.models import SpikeConfig
 from trainwatch.rules.spike_pass import PassOutcome, optimistic_pass
 from trainwatch.rules.spike_quiet import accept_quiet
-from trainwatch.rules.stats import MAD_TO_SIGMA, mad_sorted, median_sorted, small_median
+from trainwatch.rules.stats import MAD_TO_SIGMA, mad_sorted, small_median
 
 _MAX_SPAN = 4096
 """The most points one vectorised pass is given."""
@@ -230,17 +230,27 @@ class SpikeDetector:
             self.early_max = max(self.early_max, x)
             self.early_n += 1
         if self.n_acc % self.K == 0:
+            self._refresh(track=True)
+        self.episode.normal(1)
+        self.flag_run = 0
+
+    def _refresh(self, track: bool) -> None:
+        """A refresh boundary reached by accepted points: the block's largest deviation joins
+        the tail guard's history (``track``: the vectorised paths skip it when the guard is
+        off), and with ``min_points`` behind it the baseline is taken from the ring."""
+        if track:
             self.e_hist = (self.e_hist + [self.blk_e])[-self.Lb:]
             self.emax = max(self.e_hist)
             self.blk_e = 0.0
-            if self.n_acc >= cfg.min_points:
-                self.ok = True
-                self._fold()
-                self.win = np.sort(self.ring)
-                self.med = float(median_sorted(self.win))
-                self._mad = None
-        self.episode.normal(1)
-        self.flag_run = 0
+        if self.n_acc >= self.cfg.min_points:
+            self.ok = True
+            self._fold()
+            win = self.win = self.ring.copy()
+            win.sort()  # (np.sort's own, without its Python wrapper)
+            n = win.shape[0]
+            # (median_sorted on Python floats: the same IEEE operations, without numpy scalars)
+            self.med = (float(win[(n - 1) // 2]) + float(win[n // 2])) * 0.5
+            self._mad = None
 
     def _flag_run_of(self, x: np.ndarray, steps: np.ndarray, severe: list[bool], base: int,
                      events: list[SpikeEvent], flagged: list[np.ndarray]) -> int:

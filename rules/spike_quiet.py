@@ -58,25 +58,8 @@ def accept_quiet(det: SpikeDetector, xs: list[float]) -> int:
             det.early_n += min(need, n)
         i += n
         if det.n_acc % K == 0:
-            _refresh(det)
+            det._refresh(track)
     if i:
         det.episode.normal(i)
         det.flag_run = 0
     return i
-
-
-def _refresh(det: SpikeDetector) -> None:
-    """A refresh boundary reached by accepted points: :meth:`SpikeDetector._point`'s own."""
-    if det.track_tail:
-        det.e_hist = (det.e_hist + [det.blk_e])[-det.Lb:]
-        det.emax = max(det.e_hist)
-        det.blk_e = 0.0
-    if det.n_acc >= det.cfg.min_points:
-        det.ok = True
-        det._fold()
-        win = det.win = det.ring.copy()
-        win.sort()  # (np.sort's own, without its Python wrapper)
-        n = win.shape[0]
-        # (median_sorted on Python floats: the same IEEE operations, without numpy scalars)
-        det.med = (float(win[(n - 1) // 2]) + float(win[n // 2])) * 0.5
-        det._mad = None
