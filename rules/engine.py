@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import itertools
 import time as _time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -65,6 +65,11 @@ _FRAME_RULES: tuple[tuple[str, type[Rule] | None], ...] = (
 _RANK = {rid: i for i, rid in enumerate(RULE_IDS)}
 
 
+def _hit_order(h: Hit) -> tuple[int, int]:
+    """A frame's hits sort by record, then by rule id in RULE_IDS' order (custom rules last)."""
+    return h.pos, _RANK.get(h.alert.rule, len(_RANK))
+
+
 class RuleEngine:
     def __init__(self, cfg: RulesConfig | None = None, live: bool = True) -> None:
         self.cfg = cfg if cfg is not None else load_rules_config()
@@ -98,11 +103,8 @@ class RuleEngine:
             else:
                 rules.append(cls(rule_cfg, ctx))
         self._rules = rules
-        self._fallbacks: dict[str, set[str]] = {}
-        """Role -> the roles rules read instead while it is unresolved (Rule.reads_unresolved)."""
-        for rule in rules:
-            for role, instead in rule.reads_unresolved:
-                self._fallbacks.setdefault(role, set()).add(instead)
+        self._fallbacks = plan.fallbacks
+        self._metrics = plan.metrics
         self._enabled = plan.enabled
         self._stream: StalledStreamRule | None = (
             rules[plan.stream] if plan.stream is not None else None)  # type: ignore[assignment]
@@ -174,8 +176,8 @@ class RuleEngine:
                 piece.extend(rule.update(frame))
             self.ctx.end_frame(frame)
             self.ctx.frame = None
-            # recorded piece by piece: the replay guard of a later segment must see them
-            out.extend(self._record(self._admit(piece)))
+            if piece:  # recorded piece by piece: the replay guard of a later segment must see them
+                out.extend(self._record(self._admit(piece)))
         self.last_step = int(batch.steps[-1])
         self.last_time = float(batch.times[-1])
         return out
@@ -190,40 +192,55 @@ class RuleEngine:
         is cut there); the others are seen at once: before their first point, a role that is
         resolved but has no point reads the same as an unresolved one (a frame holds only
         series with points)."""
-        first_any = min((int(ch.rows[0]) for ch in batch.series.values() if ch.rows.shape[0]),
-                        default=0)
-        by_row: dict[int, list[str]] = {}
+        known = self._names
+        first: list[tuple[str, int]] = []
+        """(name, its first record) of the new names."""
+        first_any: int | None = None
+        """The batch's first record with a series point."""
         for name, ch in batch.series.items():
-            if name not in self._names:
-                by_row.setdefault(int(ch.rows[0]) if ch.rows.shape[0] else 0, []).append(name)
+            rows = ch.rows
+            r = int(rows[0]) if rows.shape[0] else -1
+            if r >= 0 and (first_any is None or r < first_any):
+                first_any = r
+            if name not in known:
+                first.append((name, r))
+        if first_any is None:
+            first_any = 0
+        # the names first at or before the batch's first series point (or with no point) are
+        # seen at once: no series point comes before them
+        now = [name for name, r in first if r <= first_any]
+        if len(now) == len(first):  # (the usual first batch: one resolution)
+            self._see(now)
+            return {}
+        by_row: dict[int, list[str]] = {}
+        for name, r in first:
+            if r > first_any:
+                by_row.setdefault(r, []).append(name)
         late: dict[int, list[str]] = {}
-        now: list[str] = []
-        names = set(self._names)
-        roles: dict[str, str] | None = None
+        names = known | set(now)
+        roles = self.cfg.roles.resolve(names) if now else self._roles
         for r in sorted(by_row):
             new = by_row[r]
-            if r <= first_any:  # (no series point before it)
-                now += new
-                names.update(new)
-                continue
-            if roles is None:
-                roles = self.cfg.roles.resolve(names) if now else self._roles
             names.update(new)
             after = self.cfg.roles.resolve(names)
-            if any(after.get(role) != name if name is not None
-                   else not self._fallbacks.get(role, set()).isdisjoint(roles)
-                   for role, name in ((role, roles.get(role)) for role in after)):
+            # (a role never goes unresolved as names come: after's roles hold roles')
+            if not roles.items() <= after.items() or any(
+                    role in after and role not in roles and not instead.isdisjoint(roles)
+                    for role, instead in self._fallbacks.items()):
                 late[r] = new
             else:
                 now += new
             roles = after
         if now:
-            self._see(now)
+            # with no name left for later, the last resolution is that of every name
+            self._see(now, None if late else roles)
         return late
 
-    def _see(self, names: list[str]) -> None:
+    def _see(self, names: list[str], roles: dict[str, str] | None = None) -> None:
+        """Take ``names`` as seen; ``roles``: their resolution with those already seen, when
+        known."""
         self._names.update(names)
-        self._roles = self.cfg.roles.resolve(self._names)
+        self._roles = self.cfg.roles.resolve(self._names) if roles is None else roles
         self._wanted = self._interest()
 
     def feed_rank(self, rank: int, batch: RecordBatch, now: float | None = None) -> list[Alert]:
@@ -276,15 +293,16 @@ class RuleEngine:
         }
 
     def _admit(self, hits: list[Hit]) -> list[Hit]:
-        hits.sort(key=lambda h: (h.pos, _RANK.get(h.alert.rule, len(_RANK))))
-        out = []
-        for h in hits:
-            a = h.alert
-            if (self._guard_until is not None and a.step <= self._guard_until
-                    and (a.rule, a.metric) in self._guard):
-                continue
-            out.append(h)
-        return out
+        """The frame's hits in record order (rules in frame order at one record), less those the
+        replay guard holds back."""
+        if len(hits) > 1:
+            hits.sort(key=_hit_order)
+        until = self._guard_until
+        if until is None:
+            return hits
+        guard = self._guard
+        return [h for h in hits
+                if not (h.alert.step <= until and (h.alert.rule, h.alert.metric) in guard)]
 
     def _record(self, hits: list[Hit]) -> list[Alert]:
         out: list[Alert] = []
@@ -303,7 +321,7 @@ class RuleEngine:
 
     def _interest(self) -> set[str]:
         names = set(self._roles.values())
-        names.update(_plan(self.cfg).metrics)
+        names.update(self._metrics)
         return names
 
 @dataclass(frozen=True, slots=True)
@@ -320,6 +338,9 @@ class _Plan:
     metrics: frozenset[str]
     """Series read by name whatever the roles (nan_inf's metrics, state_detach's probes, custom
     rules' metrics): with the resolved roles' series, what a frame holds."""
+    fallbacks: Mapping[str, frozenset[str]]
+    """Role -> the roles rules read instead while it is unresolved (``Rule.reads_unresolved``,
+    a class attribute)."""
 
 
 _PLANS: dict[int, tuple[RulesConfig, _Plan]] = {}
@@ -351,7 +372,13 @@ def _plan(cfg: RulesConfig) -> _Plan:
                *cfg.rules["state_detach"].probe_metrics,  # type: ignore[attr-defined]
                *cfg.rules["state_detach"].graph_metrics}  # type: ignore[attr-defined]
     metrics.update(c.metric for c in cfg.custom)
-    plan = _Plan(tuple(rules), enabled, stream, frozenset(metrics))
+    fallbacks: dict[str, set[str]] = {}
+    for cls, _c in rules:
+        for c in (StateDetachRule, MemoryGrowthRule) if cls is GrowthAnalysis else (cls,):
+            for role, instead in c.reads_unresolved:  # type: ignore[union-attr]
+                fallbacks.setdefault(role, set()).add(instead)
+    plan = _Plan(tuple(rules), enabled, stream, frozenset(metrics),
+                 {role: frozenset(v) for role, v in fallbacks.items()})
     if len(_PLANS) >= 64:
         _PLANS.clear()
     _PLANS[id(cfg)] = (cfg, plan)

@@ -30,7 +30,8 @@ def event_rows(batch: RecordBatch) -> tuple[np.ndarray, np.ndarray | None, np.nd
     uncovered records' mask is the event mask; else each event takes the next such record with
     its step and time."""
     n_ev = len(batch.events)
-    free = np.ones(batch.n_records, dtype=bool)
+    free = np.empty(batch.n_records, dtype=bool)
+    free.fill(True)  # (np.ones is a Python function doing the same: a cold frame per batch)
     for row, _f in batch.notes:
         free[row] = False
     # the series on most records usually leaves exactly the events uncovered: events are never
@@ -70,7 +71,7 @@ def frame_of(batch: RecordBatch, lo: int, hi: int, wanted: Iterable[str], roles:
     whole = lo == 0 and hi == batch.n_records
     base = batch.first_record
     rec_pos = np.arange(base + lo, base + hi, dtype=np.int64)
-    rec_pos.flags.writeable = False  # (shared with the series on every record, below)
+    rec_pos.setflags(write=False)  # (shared with the series on every record, below)
     series: dict[str, Points] = {}
     got = batch.series
     made: dict[tuple[int, int], np.ndarray] = {}
@@ -104,7 +105,7 @@ def frame_of(batch: RecordBatch, lo: int, hi: int, wanted: Iterable[str], roles:
                     pos_metric = widest + base if base else widest
                 else:
                     pos_metric = rec_pos[~ev_mask]  # type: ignore[operator]
-                pos_metric.flags.writeable = False  # (shared by those series)
+                pos_metric.setflags(write=False)  # (shared by those series)
             series[name] = Points(name, steps, values, times, pos_metric)
             continue
         pos = made.get(key)
