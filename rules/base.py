@@ -12,7 +12,6 @@ that is what makes feeding point by point and feeding a whole file give identica
 from __future__ import annotations
 
 import math
-from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +21,7 @@ import numpy as np
 from trainwatch.batch import Event
 from trainwatch.humanize import fmt_num
 from trainwatch.rules.alert import Alert, Cause
+from trainwatch.rules.step_log import StepLog
 
 HISTORY = 256
 """Finite values of each role kept from earlier frames (for causes and evidence)."""
@@ -100,7 +100,9 @@ class Points(_ReadOnly):
         f = self._finite
         if f is None:
             ok = np.isfinite(self.values)
-            f = self if ok.all() else self.take(ok)
+            # (the ufunc's own reduction: ndarray.all adds a Python wrapper. One np.dot would
+            # prove the common case, a finite sum of squares, but it warns where it overflows)
+            f = self if np.logical_and.reduce(ok) else self.take(ok)
             _p_finite(self, f)
             if f is not self:
                 _p_finite(f, f)
@@ -166,37 +168,6 @@ class Frame(_ReadOnly):
 class Hit:
     pos: int
     alert: Alert
-
-
-class StepLog:
-    """(pos, step) of notable points of one rule in the current segment (e.g. grad spikes),
-    queried by other rules for points at or before a record."""
-
-    def __init__(self, maxlen: int = 4096) -> None:
-        self._items: deque[tuple[int, int]] = deque(maxlen=maxlen)
-
-    def add(self, pos: int, step: int) -> None:
-        self._items.append((pos, step))
-
-    def extend(self, pos: Sequence[int], steps: Sequence[int]) -> None:
-        """Several points at once, in order."""
-        self._items.extend(zip(pos, steps))
-
-    def clear(self) -> None:
-        self._items.clear()
-
-    def any_between(self, lo_step: int, hi_step: int, upto_pos: int) -> int | None:
-        """The latest step in [lo_step, hi_step] logged at or before record ``upto_pos``."""
-        for p, s in reversed(self._items):
-            if p <= upto_pos and lo_step <= s <= hi_step:
-                return s
-        return None
-
-    def last(self, upto_pos: int) -> int | None:
-        for p, s in reversed(self._items):
-            if p <= upto_pos:
-                return s
-        return None
 
 
 class Context:

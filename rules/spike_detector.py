@@ -38,10 +38,12 @@ from trainwatch.rules.episode import Episode
 from trainwatch.rules.models import SpikeConfig
 from trainwatch.rules.spike_pass import PassOutcome, optimistic_pass
 from trainwatch.rules.spike_quiet import accept_quiet
-from trainwatch.rules.stats import MAD_TO_SIGMA, mad_sorted, small_median
+from trainwatch.rules.stats import MAD_TO_SIGMA, mad_sorted, median_sorted_float, small_median
 
 _MAX_SPAN = 4096
 """The most points one vectorised pass is given."""
+_SHORT_SPAN = 256
+"""The points of a pass that follows a short one (anomalies coming thick and fast)."""
 _POINTWISE = 8
 """Up to this many points, an update goes point by point (no fixed cost of a pass)."""
 _QUIET = 64
@@ -192,10 +194,12 @@ class SpikeDetector:
         span = _MAX_SPAN
         while i < m:
             if self.vectorized:
+                if span < _MAX_SPAN and m - i < 2 * span:
+                    span = m - i  # (a short pass would leave a tail worth a pass of its own)
                 used = self._pass(values[i:i + span], steps[i:i + span], i, events, flagged)
                 # a pass costs the same few dozen array operations however long: after an
                 # anomaly the next one covers the rest again, unless anomalies come thick and fast
-                span = _MAX_SPAN if used >= 128 else 256
+                span = _MAX_SPAN if used >= 128 else _SHORT_SPAN
                 i += used
             else:
                 self._point(float(values[i]), int(steps[i]), i, events, flagged)
@@ -247,9 +251,7 @@ class SpikeDetector:
             self._fold()
             win = self.win = self.ring.copy()
             win.sort()  # (np.sort's own, without its Python wrapper)
-            n = win.shape[0]
-            # (median_sorted on Python floats: the same IEEE operations, without numpy scalars)
-            self.med = (float(win[(n - 1) // 2]) + float(win[n // 2])) * 0.5
+            self.med = median_sorted_float(win)  # (the same bits as median_sorted's)
             self._mad = None
 
     def _flag_run_of(self, x: np.ndarray, steps: np.ndarray, severe: list[bool], base: int,

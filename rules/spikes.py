@@ -32,7 +32,7 @@ class SpikeRule(Rule):
 
     def update(self, frame: Frame) -> list[Hit]:
         pts = frame.role(self.role)
-        if pts is None or not len(pts):
+        if pts is None or not pts.values.shape[0]:
             return []
         f = pts.finite()
         c = self._shift(f)
@@ -41,9 +41,10 @@ class SpikeRule(Rule):
             self.ctx.log(self.id).extend(f.pos[flagged].tolist(), f.steps[flagged].tolist())
         if not events:  # (nearly every frame)
             return []
-        if c:
-            events = [ev._replace(value=ev.value - c, median=ev.median - c,
-                                  early_max=ev.early_max - c) for ev in events]
+        if c:  # (positional: _replace takes keywords through a Python loop)
+            events = [SpikeEvent(ev.index, ev.kind, ev.value - c, ev.median - c, ev.mad, ev.z,
+                                 ev.early_max - c, ev.severe, ev.episode_points)
+                      for ev in events]
         return [self._hit(f, ev) for ev in events]
 
     def _shift(self, f: Points) -> float:
@@ -200,16 +201,27 @@ class StepTimeOutlierRule(SpikeRule):
     id = "step_time_outlier"
     role = "step_time"
 
+    def __init__(self, cfg: StepTimeConfig, ctx: Context) -> None:
+        super().__init__(cfg, ctx)
+        self._shifts: dict[str, float] = {}
+        """The shift of each series name (see :meth:`_shift`), taken once."""
+
     def _severity(self, ev: SpikeEvent) -> str:
         return self.cfg.severity  # a slow step is never an error; sustained slowness is throughput_drop
 
     def _shift(self, f: Points) -> float:
+        c = self._shifts.get(f.name)
+        if c is None:
+            c = self._shifts[f.name] = self._shift_of(f.name)
+        return c
+
+    def _shift_of(self, name: str) -> float:
         # The detector sees step times shifted up by c = min_excess / (min_ratio - 1): robust z is
         # unchanged by a shift, and "x - median >= (min_ratio - 1) * (median + c)" asks a slow
         # step to pass the ratio AND an absolute excess. Jitter of a 1 ms loop on a shared CPU
         # then never opens an episode (whose cooldown would hide the real stall that follows).
         cfg: StepTimeConfig = self.cfg
-        scale = 1000.0 if f.name.endswith("_ms") else 1.0
+        scale = 1000.0 if name.endswith("_ms") else 1.0
         return cfg.min_excess_s * scale / max(cfg.min_ratio - 1.0, 1e-9)
 
     def _hit(self, f: Points, ev: SpikeEvent) -> Hit:

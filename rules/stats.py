@@ -50,12 +50,31 @@ def strided_windows(a: np.ndarray, width: int, start: int, step: int, count: int
     return v
 
 
+def strided_rows(a: np.ndarray, width: int, start: int, step: int, count: int) -> np.ndarray:
+    """:func:`strided_windows` as a new, writable array (to sort in place): the copy made
+    straight from the view, without its read-only flag."""
+    if count <= 0 or not a.flags.c_contiguous:
+        return strided_windows(a, width, start, step, count).copy()
+    st = a.strides[0]
+    return np.ndarray((count, width), dtype=a.dtype, buffer=a, offset=start * st,
+                      strides=(step * st, st)).copy()
+
+
 def median_sorted(rows: np.ndarray) -> np.ndarray | float:
     """Median of each row of an already sorted array (or of a sorted 1-D array)."""
     n = rows.shape[-1]
+    if rows.ndim == 1:  # (a plain index: the Ellipsis one costs a third more)
+        return (rows[(n - 1) // 2] + rows[n // 2]) * 0.5
     lo = rows[..., (n - 1) // 2]
     hi = rows[..., n // 2]
     return (lo + hi) * 0.5
+
+
+def median_sorted_float(a: np.ndarray) -> float:
+    """:func:`median_sorted` of a sorted 1-D array as a Python float: the same IEEE operations
+    on Python floats (the same bits), without numpy scalars."""
+    n = a.shape[0]
+    return (a.item((n - 1) // 2) + a.item(n // 2)) * 0.5
 
 
 def small_median(xs: Sequence[float]) -> float:
@@ -75,8 +94,8 @@ def median(x: np.ndarray) -> float:
 def min_max(v: np.ndarray, few: int = 64) -> tuple[float, float]:
     """(lowest, highest) of a non-empty 1-D array: on Python floats up to ``few`` values (a live
     frame of a few points: two array reductions cost more than the list), else two reductions."""
-    if v.shape[0] > few:
-        return float(v.min()), float(v.max())
+    if v.shape[0] > few:  # (the ufuncs' own reductions: ndarray.min/max add a Python wrapper)
+        return float(np.minimum.reduce(v)), float(np.maximum.reduce(v))
     vals = v.tolist()
     return min(vals), max(vals)
 
@@ -137,7 +156,9 @@ def nan_median_of_others(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def mad_sorted(sorted_window: np.ndarray, med: float) -> float:
     """Median absolute deviation of a window around ``med``."""
-    return float(median_sorted(np.sort(np.abs(sorted_window - med))))
+    d = np.abs(sorted_window - med)
+    d.sort()  # (in place: np.sort's Python wrapper and copy cost more than the sort)
+    return median_sorted_float(d)
 
 
 def window_medians(a: np.ndarray, width: int, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -1,0 +1,102 @@
+"""The shared primitives' fast paths against their plain references, to the bit: the finite
+points of a series, the lowest and highest value, the median of sorted rows (1-D and 2-D, and
+as a Python float) and the MAD."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+
+from trainwatch.rules.base import Points
+from trainwatch.rules.stats import (
+    mad_sorted,
+    median_sorted,
+    median_sorted_float,
+    min_max,
+    strided_rows,
+    strided_windows,
+)
+
+RNG = np.random.default_rng(20261122)
+
+
+def _points(v: np.ndarray) -> Points:
+    i = np.arange(v.shape[0])
+    return Points("x", i, v, i.astype(np.float64), i)
+
+
+def test_finite_points_match_the_exact_mask() -> None:
+    big = np.array([1e200, -1e200, 3.0])  # finite, yet their sum of squares would overflow
+    cases = [np.empty(0), np.array([2.0]), RNG.standard_normal(500), big,
+             np.array([1.0, np.nan, 3.0]), np.array([np.inf, 1.0]), np.array([-np.inf]),
+             np.array([np.inf, -np.inf, 2.0]), np.array([1e200, np.nan]),
+             np.arange(7), np.array([1e308, 1e308, np.inf])]
+    for v in cases:
+        pts = _points(v)
+        ok = np.isfinite(v)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # (no overflow or invalid-value warning on any)
+            f = pts.finite()
+        if ok.all():
+            assert f is pts and pts.all_finite, v
+        else:
+            assert f is not pts and not pts.all_finite, v
+            assert np.array_equal(f.values, v[ok]) and np.array_equal(f.pos, pts.pos[ok]), v
+            assert f.finite() is f
+        assert pts.finite() is f  # computed once
+
+
+def test_min_max_matches_the_reductions() -> None:
+    for n in (1, 2, 63, 64, 65, 500):
+        v = RNG.standard_normal(n)
+        lo, hi = min_max(v)
+        assert (lo, hi) == (float(v.min()), float(v.max())) == (min(v.tolist()), max(v.tolist()))
+        assert type(lo) is float and type(hi) is float
+    v = np.array([0.0] * 70 + [-0.0])
+    assert [math.copysign(1, x) for x in min_max(v)] == [math.copysign(1, float(v.min())),
+                                                         math.copysign(1, float(v.max()))]
+
+
+def _median_reference(rows: np.ndarray) -> np.ndarray | np.float64:
+    """median_sorted as it was defined: the Ellipsis index on any shape."""
+    n = rows.shape[-1]
+    return (rows[..., (n - 1) // 2] + rows[..., n // 2]) * 0.5
+
+
+def test_median_sorted_matches_its_definition_to_the_bit() -> None:
+    for n in (1, 2, 5, 128):
+        a = np.sort(RNG.standard_normal(n) * 10.0 ** RNG.integers(-300, 300))
+        got, ref = median_sorted(a), _median_reference(a)
+        assert type(got) is type(ref) is np.float64 and got.tobytes() == ref.tobytes()
+        f = median_sorted_float(a)
+        assert type(f) is float and np.float64(f).tobytes() == ref.tobytes()
+        rows = np.sort(RNG.standard_normal((4, n)), axis=1)
+        assert np.array_equal(median_sorted(rows), _median_reference(rows))
+    huge = np.array([1.7e308, 1.7e308])  # the sum overflows: both give inf
+    with np.errstate(over="ignore"):
+        assert median_sorted_float(huge) == float(_median_reference(huge)) == math.inf
+
+
+def test_mad_matches_the_plain_formula_to_the_bit() -> None:
+    for n in (1, 8, 128, 129):
+        w = np.sort(RNG.standard_normal(n))
+        med = float(median_sorted(w))
+        ref = float(_median_reference(np.sort(np.abs(w - med))))
+        got = mad_sorted(w, med)
+        assert type(got) is float and np.float64(got).tobytes() == np.float64(ref).tobytes()
+        assert np.array_equal(w, np.sort(w))  # the window is left as it was
+
+
+def test_strided_rows_are_writable_copies_of_the_windows() -> None:
+    a = RNG.standard_normal(300)
+    for arr in (a, a[::2]):  # contiguous (the view's fast path) and not
+        for start, step, count in ((0, 32, 5), (7, 3, 20), (0, 1, 0)):
+            got = strided_rows(arr, 16, start, step, count)
+            want = strided_windows(arr, 16, start, step, count)
+            assert got.flags.writeable and got.flags.c_contiguous
+            assert np.array_equal(got, want) and got.shape == want.shape
+            if count:
+                got[0, 0] = 1e9  # a copy: the series is left as it was
+                assert arr[start] != 1e9
