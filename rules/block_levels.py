@@ -89,7 +89,7 @@ def scatter_of(jumps: np.ndarray, ends: np.ndarray) -> np.ndarray:
         rows = np.sort(windows(jumps, SCATTER_BLOCKS)[ends[full] - SCATTER_BLOCKS], axis=1)
         out[full] = median_sorted(rows)
     vals = jumps.tolist()
-    for k in np.flatnonzero(~full & (ends >= _MIN_JUMPS)).tolist():
+    for k in (~full & (ends >= _MIN_JUMPS)).nonzero()[0].tolist():
         out[k] = small_median(vals[:ends[k]])
     out *= _JUMP_TO_SIGMA
     return out

@@ -79,40 +79,59 @@ _Rows = np.ndarray | list[list[float]]
 """A push's blocks' sorted values: an array, or Python lists for a short push."""
 
 
+class _Pushed:
+    """One lazy push, as the pushes after it read it for their noise history: its sorted rows,
+    its medians, and, once its own noise was read, the relative errors of the stream's last
+    NOISE_BLOCKS - 1 blocks up to its end (the next push's whole history: a stream whose every
+    push is read, as a live watch's, computes each block's error once, as an eager one does)."""
+
+    __slots__ = ("last", "med", "rows")
+
+    def __init__(self, rows: _Rows, med: np.ndarray | list[float]) -> None:
+        self.rows, self.med = rows, med
+        self.last: list[float] | None = None
+
+
 class _Spread:
     """The MAD and noise level of a lazy stream's push, computed when first asked for, from the
     push's sorted rows and those of the pushes before it (whose last blocks' relative errors
-    are the noise level's history: computed here too, so a push whose noise nobody reads costs
-    nothing of it)."""
+    are the noise level's history: kept by the last push whose noise was read, the others'
+    computed here, so a push whose noise nobody reads costs nothing of it)."""
 
-    __slots__ = ("before", "med", "rows", "se")
+    __slots__ = ("before", "own", "se")
 
-    def __init__(self, se: float, rows: _Rows, med: np.ndarray | list[float],
-                 before: list[tuple[_Rows, np.ndarray | list[float]]]) -> None:
-        self.se, self.rows, self.med, self.before = se, rows, med, before
+    def __init__(self, se: float, own: _Pushed, before: list[_Pushed]) -> None:
+        self.se, self.own, self.before = se, own, before
 
     def _hist(self) -> list[float]:
         """The relative errors of the NOISE_BLOCKS - 1 blocks before the push (fewer at a
         segment's start)."""
-        rows: list[list[float]] = []
-        meds: list[float] = []
+        rels: list[float] = []
         need = NOISE_BLOCKS - 1
-        for r, m in reversed(self.before):
-            take = min(need, len(m))
-            rs, ms = r[-take:], m[-take:]
-            rows[:0] = rs if isinstance(rs, list) else rs.tolist()
-            meds[:0] = ms if isinstance(ms, list) else ms.tolist()
+        for p in reversed(self.before):
+            if p.last is not None:  # (the history up to p's end: all there is before it)
+                rels[:0] = p.last[-need:]
+                break
+            take = min(need, len(p.med))
+            rs, ms = p.rows[-take:], p.med[-take:]
+            # (a push's rows in numpy when it made them so: a few calls, where a sort of each
+            # row on Python floats cost ~4 us a row)
+            rels[:0] = (mad_rel_list(self.se, rs, ms)[1] if isinstance(rs, list)  # type: ignore[arg-type]
+                        else mad_rel(self.se, rs, ms)[1].tolist())  # type: ignore[arg-type]
             need -= take
             if not need:
                 break
-        return mad_rel_list(self.se, rows, meds)[1] if rows else []
+        return rels
 
     def mad_noise(self) -> tuple[np.ndarray, np.ndarray]:
         hist = self._hist()
-        if isinstance(self.rows, list):
-            mad, rel = mad_rel_list(self.se, self.rows, self.med)  # type: ignore[arg-type]
+        own = self.own
+        if isinstance(own.rows, list):
+            mad, rel = mad_rel_list(self.se, own.rows, own.med)  # type: ignore[arg-type]
+            own.last = (hist + rel)[-(NOISE_BLOCKS - 1):]
             return np.array(mad), np.array(rolling_noise_list(hist, rel))
-        mad, rel_a = mad_rel(self.se, self.rows, self.med)  # type: ignore[arg-type]
+        mad, rel_a = mad_rel(self.se, own.rows, own.med)  # type: ignore[arg-type]
+        own.last = (hist + rel_a[-(NOISE_BLOCKS - 1):].tolist())[-(NOISE_BLOCKS - 1):]
         return mad, rolling_noise(hist, rel_a)
 
 
@@ -238,11 +257,13 @@ class BlockStream:
         only the values are carried; step, time and record come from the point that ends it."""
         self._rel: list[float] = []
         """Relative standard errors of the last NOISE_BLOCKS - 1 blocks (an eager stream's)."""
-        self._tail: list[tuple[_Rows, np.ndarray | list[float]]] = []
-        """A lazy stream's last pushes (sorted rows, medians), as many as hold its last
-        NOISE_BLOCKS - 1 blocks: their relative errors (the next push's noise history) are
-        computed only if its noise is read (a live read of one block paid ~3 us for them at
-        every push)."""
+        self._tail: list[_Pushed] = []
+        """A lazy stream's last pushes, as many as hold its last NOISE_BLOCKS - 1 blocks: their
+        relative errors (the next push's noise history) are computed only if a noise is read (a
+        live read of one block paid ~3 us for them at every push), and once (see
+        :class:`_Pushed`)."""
+        self._tail_n = 0
+        """Blocks in ``_tail``."""
         self.count = 0
         """Blocks completed since the last reset."""
 
@@ -276,14 +297,16 @@ class BlockStream:
         return Blocks(med, mad, noise, steps, times, pos)
 
     def _spread(self, rows: _Rows, med: np.ndarray | list[float]) -> _Spread:
-        """A lazy push's spread; its rows join the tail (only the pushes that hold the last
+        """A lazy push's spread; the push joins the tail (only the pushes that hold the last
         NOISE_BLOCKS - 1 blocks are kept)."""
         tail = self._tail
-        spread = _Spread(self.se, rows, med, tail[:])
-        tail.append((rows, med))
-        have = sum(len(m) for _, m in tail)
-        while have - len(tail[0][1]) >= NOISE_BLOCKS - 1:
-            have -= len(tail.pop(0)[1])
+        own = _Pushed(rows, med)
+        spread = _Spread(self.se, own, tail[:])
+        tail.append(own)
+        have = self._tail_n = self._tail_n + len(med)
+        while have - len(tail[0].med) >= NOISE_BLOCKS - 1:
+            have -= len(tail.pop(0).med)
+        self._tail_n = have
         return spread
 
     def _push_list(self, pts: Points, nb: int, steps: np.ndarray, times: np.ndarray,

@@ -78,18 +78,18 @@ class _SharedStream:
         self.blocks = EMPTY
 
 
-def shared_blocks(ctx: Context, frame: Frame, role: str, k: int, *,
-                  noise: bool = True, lazy: bool = False) -> Blocks:
+def shared_blocks(ctx: Context, frame: Frame, role: str, k: int, *, noise: bool = True) -> Blocks:
     """The blocks of ``role`` completed in this frame, computed once for every rule that asks with
-    the same ``k``, ``noise`` and ``lazy`` (one stream per combination: a lazy and an eager
-    stream of the same window compute their medians twice; the stream's state lives in the
-    context and restarts with it at a rewind). With ``noise=False`` the blocks carry no MAD or
-    noise level (cheaper, for rules that read only the medians); with ``lazy=True`` the MAD and
-    noise are computed at their first read (see :class:`BlockStream`)."""
-    key = (role, k, noise, lazy)
+    the same ``k`` and ``noise`` (the stream's state lives in the context and restarts with it at
+    a rewind). With ``noise=False`` the blocks carry no MAD or noise level (for rules that read
+    only the medians); else they are computed at their first read (a lazy :class:`BlockStream`):
+    the rules of a window read them at a few blocks or none in most frames (``overfit``,
+    ``grad_vanishing`` and ``lr_exhausted`` only where they may fire, ``plateau`` not in a frame
+    it puts off), and a push whose noise is read costs what an eager stream's does."""
+    key = (role, k, noise)
     shared = ctx.shared.get(key)
     if shared is None:
-        shared = ctx.shared[key] = _SharedStream(BlockStream(k, noise=noise, lazy=lazy))
+        shared = ctx.shared[key] = _SharedStream(BlockStream(k, noise=noise, lazy=noise))
     elif shared.frame is frame:
         return shared.blocks
     pts = frame.role(role)
@@ -113,8 +113,9 @@ class LossBlockRule(Rule):
     min_fast = MIN_FAST
     """Fewest blocks the vectorised step is tried on (and must take to be tried again soon)."""
     lazy_spread = False
-    """The blocks' MAD and noise level computed at their first read (see :class:`BlockStream`):
-    for a rule whose vectorised step reads them only at a few candidate blocks."""
+    """The rule reads the blocks' noise level itself, where it needs it (the per-block reference
+    is given None for it): for a rule whose vectorised step reads it only at a few candidate
+    blocks (the stream computes it at its first read, see :func:`shared_blocks`)."""
 
     def _rewind_blocks(self) -> None:
         self.nblk = 0
@@ -124,7 +125,7 @@ class LossBlockRule(Rule):
         self.best_step = 0
 
     def update(self, frame: Frame) -> list[Hit]:
-        b = shared_blocks(self.ctx, frame, "loss", self.cfg.window, lazy=self.lazy_spread)
+        b = shared_blocks(self.ctx, frame, "loss", self.cfg.window)
         if not len(b):
             return []
         self._start_frame(b)
@@ -137,7 +138,7 @@ class LossBlockRule(Rule):
     def _drive(self, frame: Frame, b: Blocks) -> list[Hit]:
         hits: list[Hit] = []
         n = len(b)
-        # (a lazy stream's noise is not read here: the rule reads it at the blocks that need it)
+        # (a lazy_spread rule's noise is not read here: it reads it at the blocks that need it)
         lazy = self.lazy_spread
         if n < self.min_fast:  # (drive takes them all one by one: without its per-block calls)
             block = self._block

@@ -303,7 +303,7 @@ class DivergenceRule(LossBlockRule):
                 if cfg.cap is not None:
                     cand |= med > cfg.cap
                 if cand.any():
-                    k = w + self._first_bad(b, i + w, med, best, scale, np.flatnonzero(cand))
+                    k = w + self._first_bad(b, i + w, med, best, scale, cand.nonzero()[0])
         self.nblk += k
         if k > w:
             self.up = 0
@@ -344,7 +344,7 @@ class DivergenceRule(LossBlockRule):
         bad = (m > bs) & ((m >= bs + rise * sl) | (m >= bs + cfg.error_rise * sl))
         if cfg.cap is not None:
             bad |= m > cfg.cap
-        for h in np.flatnonzero(bad).tolist():
+        for h in bad.nonzero()[0].tolist():
             t = int(cands[h])
             x = float(m[h])
             if (cfg.cap is not None and x > cfg.cap) or self._rises(

@@ -94,7 +94,7 @@ class LrExhaustedRule(CalmFrames, Rule):
             self._keep_loss(lb)
         elif len(lb):
             self._fold_loss()
-            ks = (np.searchsorted(f.pos, lb.pos, side="right") - 1 if f is not None
+            ks = (f.pos.searchsorted(lb.pos, side="right") - 1 if f is not None
                   else np.full(len(lb), -1))
             # only a block where the floor run is long enough can fire: the others only extend
             # the loss history, in bulk
@@ -104,7 +104,7 @@ class LrExhaustedRule(CalmFrames, Rule):
             long_enough = (length_b > 0) & (length_b >= np.maximum(cfg.min_points,
                                                                    cfg.floor_fraction * n_b))
             done = 0
-            for j in np.flatnonzero(long_enough).tolist():
+            for j in long_enough.nonzero()[0].tolist():
                 self.loss_hist.extend(zip(lb.med[done:j + 1].tolist(),
                                           lb.step[done:j + 1].tolist()))
                 done = j + 1
@@ -163,7 +163,7 @@ class LrExhaustedRule(CalmFrames, Rule):
         fired_z = {0} if self.zfired else set()
         # a run fires at most once, at its first qualifying point: only those are visited (run
         # ids never decrease along the frame)
-        at = np.flatnonzero(cond)
+        at = cond.nonzero()[0]
         runs = zid[at]
         for i in at[np.concatenate(([True], runs[1:] != runs[:-1]))[:at.shape[0]]].tolist():
             run = int(zid[i])
@@ -186,7 +186,7 @@ class LrExhaustedRule(CalmFrames, Rule):
         when ``z`` changes often or the fraction is higher."""
         cfg: LrConfig = self.cfg
         m = z.shape[0]
-        cuts = np.flatnonzero(z[1:] != z[:-1])
+        cuts = (z[1:] != z[:-1]).nonzero()[0]
         if cuts.shape[0] > FEW or not cfg.zero_fraction <= 0.5:
             return None
         bounds = [0, *(cuts + 1).tolist(), m]
@@ -228,7 +228,7 @@ class LrExhaustedRule(CalmFrames, Rule):
         if self.fast:
             return runs_of(cond, carried)
         length, rid = true_runs(cond, carried)
-        return length, rid, np.flatnonzero(cond & ~np.concatenate(([carried > 0], cond[:-1])))
+        return length, rid, (cond & ~np.concatenate(([carried > 0], cond[:-1]))).nonzero()[0]
 
     def _keep_loss(self, lb: Blocks, lo: int = 0) -> None:
         """Add the loss blocks from ``lo`` on to the history, when it is next read."""
@@ -347,7 +347,7 @@ def runs_of(cond: np.ndarray, carried: int) -> tuple[np.ndarray, np.ndarray, np.
     if n == 0 or not cond.any():  # (every length and run index 0)
         # separate arrays: a caller may write into one
         return np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64), _NO_RUNS
-    bounds = np.concatenate(([0], np.flatnonzero(cond[1:] != cond[:-1]) + 1, [n]))
+    bounds = np.concatenate(([0], (cond[1:] != cond[:-1]).nonzero()[0] + 1, [n]))
     seg = bounds[:-1]  # first index of each segment of equal values
     val = cond[seg]
     lens = bounds[1:] - seg  # (np.diff and np.append cost several times this)

@@ -50,7 +50,7 @@ class CalmFrames:
         bar = max(cfg.zero, c * max(self.peak, vmax))
         if vmin > bar:
             return True
-        cand = np.flatnonzero(v <= bar)
+        cand = (v <= bar).nonzero()[0]
         top = self._top(v, vmax)
         if seen is not None:
             seen[:] = [bar, cand, top]
@@ -96,12 +96,12 @@ class CalmFrames:
         if seen and seen[0] == fbar:  # (:meth:`_clear` took them: its bar is the floor's)
             cand, top = seen[1], [seen[2]]
         else:
-            cand, top = np.flatnonzero(v <= fbar), []  # (:meth:`_top`, once asked)
+            cand, top = (v <= fbar).nonzero()[0], []  # (:meth:`_top`, once asked)
         cnt = cand.shape[0]
         if not self._short_runs(cand, self.frun, cfg.floor_fraction, v, top):
             return False
         if not self._short_runs(cand, self.zrun, cfg.zero_fraction, v, top):
-            zc = np.flatnonzero(v <= zbar)  # (an LR at its floor for long, ~0 only at the end)
+            zc = (v <= zbar).nonzero()[0]  # (an LR at its floor for long, ~0 only at the end)
             if not self._short_runs(zc, self.zrun, cfg.zero_fraction, v, top):
                 return False
         # the runs at the end: the last candidates in a row. The highest point, where the
@@ -121,10 +121,10 @@ class CalmFrames:
         if t:
             tail = v[m - t:]
             if float(v[-1]) <= zbar:  # ~0 at the end: the ~0 points in a row
-                other = np.flatnonzero(tail > zbar)
+                other = (tail > zbar).nonzero()[0]
                 tz = t - 1 - int(other[-1]) if other.shape[0] else t
             else:  # at the floor at the end
-                other = np.flatnonzero(tail <= zbar)
+                other = (tail <= zbar).nonzero()[0]
                 tf = t - 1 - int(other[-1]) if other.shape[0] else t
         self.zrun, self.zfired, self.zrun_start = self._run_at_end(
             f, tz, self.zrun, self.zfired, self.zrun_start)
@@ -148,7 +148,7 @@ class CalmFrames:
             return True
         if not top:
             top.append(self._top(v, float(v.max())))
-        j = int(np.searchsorted(cand, top[0]))
+        j = int(cand.searchsorted(top[0]))
         return 0 < j < cnt and (
             too_short(carried, j, n0 + c0, cfg.min_points, fraction)
             and too_short(0, cnt - j, n0 + int(cand[j]), cfg.min_points, fraction))

@@ -35,8 +35,8 @@ class LrPeak:
         # _KEEP frames, where one per frame cost ~3 us each)
         vals = [p.finite().values for p in pending]
         v = vals[0] if len(vals) == 1 else np.concatenate(vals)
-        if v.shape[0]:
-            self.peak = max(self.peak, float(v.max()))
+        if v.shape[0]:  # (the ufunc's own reduction: ndarray.max adds a Python wrapper)
+            self.peak = max(self.peak, float(np.maximum.reduce(v)))
         pending.clear()
 
     def at(self, frame: Frame, pos: int) -> float:
@@ -45,7 +45,7 @@ class LrPeak:
         if pts is None or not len(pts):
             return self.peak
         fin = pts.finite()  # (cached on the frame's points: other rules ask for it too)
-        k = int(np.searchsorted(fin.pos, pos, side="right"))
+        k = int(fin.pos.searchsorted(pos, side="right"))
         return max(self.peak, float(fin.values[:k].max())) if k else self.peak
 
     def end_frame(self, frame: Frame) -> None:

@@ -90,7 +90,7 @@ class NanInfRule(Rule):
         nonfinite: dict[str, str] = {}
         time = math.nan
         for role, p in watched:
-            k = int(np.searchsorted(p.pos, pos))
+            k = int(p.pos.searchsorted(pos))
             if k < len(p) and int(p.pos[k]) == pos:
                 time = float(p.times[k])
                 if not math.isfinite(float(p.values[k])):
@@ -183,7 +183,7 @@ def _rows(watched: list[tuple[str, Points]]) -> _Rows:
             bad[b] = True
             if role != "grad_norm":
                 severe[b] = True
-    rows = np.flatnonzero(has)
+    rows = has.nonzero()[0]
     return rows + base, step[rows], bad[rows], severe[rows]
 
 

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from trainwatch.rules.base import Context, Frame, Hit, Points, Rule, fmt, pct, r6, rank_causes
-from trainwatch.rules.blocks import shared_blocks
+from trainwatch.rules.blocks import Blocks, shared_blocks
 from trainwatch.rules.evals import EvalPool
 from trainwatch.rules.models import OverfitConfig
 from trainwatch.rules.stats import MAD_TO_SIGMA, improving, noise_sd, small_median
@@ -29,6 +29,17 @@ _NOISE_EVALS = 24
 """Evaluations up to the best one that its noise is measured on (at most: fewer early in a run).
 Eight gave a noise estimate that itself scattered widely, and a val_loss evaluated every step
 "overfit" dozens of times on noise alone."""
+
+
+def median3(a: float, b: float, c: float) -> float:
+    """``small_median((a, b, c))`` in a few comparisons (one per evaluation: the sort and call
+    cost ~3x as much): the middle of a stable sort of the three, so the same value, the sign of a
+    zero included."""
+    if b < a:
+        a, b = b, a
+    if c < b:  # (c goes after the values equal to it, as a stable sort puts it)
+        return max(c, a)  # (the first of equal values: c)
+    return b
 
 
 def eval_noise(steps: Sequence[int], values: Sequence[float]) -> float:
@@ -70,6 +81,12 @@ class OverfitRule(Rule):
 
     def rewind(self) -> None:
         self.train_tol = self.cfg.train_min_delta
+        """How far the train loss may have risen since the best evaluation and still count as
+        not risen (see :meth:`_train_tol`)."""
+        self._tol_of: Blocks | None = None
+        """The last frame's train blocks, whose last block's noise sets ``train_tol`` when it is
+        next read: the noise is computed at its first read (see
+        :func:`~trainwatch.rules.blocks.shared_blocks`), and most frames never read it."""
         self.train_now: float | None = None
         self.n = 0
         self.vals: deque[float] = deque(maxlen=max(16, _NOISE_EVALS + 1))
@@ -91,8 +108,7 @@ class OverfitRule(Rule):
         b = shared_blocks(self.ctx, frame, "loss", self.cfg.train_window)
         val = frame.role("val_loss")
         if len(b):
-            # "not risen" allows for the noise of two window medians
-            self.train_tol = max(self.cfg.train_min_delta, 3.0 * 1.4142 * float(b.noise[-1]))
+            self._tol_of = b
         if val is None or not len(val):
             if len(b):
                 self.train_now = float(b.med[-1])
@@ -100,23 +116,36 @@ class OverfitRule(Rule):
         val = val.finite()
         hits: list[Hit] = []
         # the latest train block completed at or before each evaluation's record
-        ks = np.searchsorted(b.pos, val.pos, side="right").tolist() if len(b) else None
+        ks = b.pos.searchsorted(val.pos, side="right").tolist() if len(b) else None
         meds = b.med.tolist()
         pool = self.pool
+        sparse = pool.dense is False  # (then each evaluation is judged as it is: no call)
         for i, (v, pos, step) in enumerate(zip(val.values.tolist(), val.pos.tolist(),
                                                val.steps.tolist())):
             k = ks[i] if ks is not None else 0
             if k:
                 self.train_now = meds[k - 1]
-            judged = pool.push(v, step)  # dense evaluations are judged pooled
-            if judged is None:
-                continue
-            hit = self._eval(frame, val, i, judged[0], pos, judged[1])
+            if not sparse:
+                judged = pool.push(v, step)  # dense evaluations are judged pooled
+                if judged is None:
+                    continue
+                v, step = judged
+                sparse = pool.dense is False
+            hit = self._eval(frame, val, i, v, pos, step)
             if hit is not None:
                 hits.append(hit)
         if len(b):
             self.train_now = float(b.med[-1])
         return hits
+
+    def _train_tol(self) -> float:
+        """``train_tol``, brought up to date with the last frame's blocks."""
+        b = self._tol_of
+        if b is not None:
+            # "not risen" allows for the noise of two window medians
+            self.train_tol = max(self.cfg.train_min_delta, 3.0 * 1.4142 * float(b.noise[-1]))
+            self._tol_of = None
+        return self.train_tol
 
     def _eval(self, frame: Frame, val: Points, i: int, v: float, pos: int, step: int) -> Hit | None:
         cfg: OverfitConfig = self.cfg
@@ -124,7 +153,7 @@ class OverfitRule(Rule):
         vals = self.vals
         vals.append(v)
         self.steps.append(step)
-        m = small_median((vals[-3], vals[-2], v) if len(vals) >= 3 else vals)
+        m = median3(vals[-3], vals[-2], v) if len(vals) >= 3 else small_median(vals)
         if self.best_m is None or m < self.best_m:
             self.best_m = m
         if self.best is None or v < self.best:
@@ -151,7 +180,7 @@ class OverfitRule(Rule):
             or m < bm + cfg.min_delta * abs(bm)
             or t0 is None
             or t1 is None
-            or t1 > t0 + self.train_tol * abs(t0)
+            or t1 > t0 + self._train_tol() * abs(t0)
         ):
             return None
         if self.noise is None:

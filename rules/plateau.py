@@ -4,8 +4,9 @@ The loss is smoothed into block medians of ``window`` points (shared with other 
 :func:`~trainwatch.rules.blocks.shared_blocks`). The patience restarts when a block beats the
 level of the last restart by ``min_delta`` (raised to ``noise_factor`` standard errors of a block median for noisy
 losses); after ``patience`` windows without that, the rule fires unless the loss still trends down
-slowly (Kendall tau and a Theil-Sen drop since the best). The diagnosis reads the LR (at its
-floor: the schedule is over, a note) and the grad norm (healthy: LR too low; tiny: vanishing).
+slowly (Kendall tau and a Theil-Sen drop since the best). The diagnosis
+(:mod:`~trainwatch.rules.plateau_alert`) reads the LR (at its floor: the schedule is over, a note)
+and the grad norm (healthy: LR too low; tiny: vanishing).
 Evaluations get the same treatment with ``val_patience``. Once fired, the rule re-arms only after
 the loss goes clearly below its level then (``rearm_delta``, or the alert's noise margin if more):
 one plateau, one alert. Runs of quiet blocks are taken in one vectorised step; the per-block loop
@@ -21,26 +22,19 @@ from collections import deque
 
 import numpy as np
 
-from trainwatch.rules.alert import Cause
-from trainwatch.rules.base import Context, Frame, Hit, Points, fmt, fmt3, pct, r6
+from trainwatch.rules.base import Context, Frame, Hit, Points
 from trainwatch.rules.blocks import Blocks, LossBlockRule, shared_blocks
 from trainwatch.rules.evals import EvalPool
 from trainwatch.rules.lr_peak import LrPeak
 from trainwatch.rules.models import PlateauConfig
-from trainwatch.rules.stats import improving, median, noise_sd, small_median
+from trainwatch.rules.plateau_alert import PlateauAlert
+from trainwatch.rules.stats import improving, noise_sd, small_median
 
 _LEVEL_DIFF = math.sqrt(1.0 + 0.449)
 """Standard error of a level (the median of 3 block medians: variance 0.449 of one for normal
 data) minus the reference block, in standard errors of one block median."""
 _TREND_WINDOWS = 400
 """Most window medians the plateau's trend test looks back over."""
-NOISY_SPREAD = 0.05
-"""A train loss whose points scatter more than this (relative, robust) around their level is
-noisy: at a plateau an LR too high to settle near the minimum (the picture behind
-ReduceLROnPlateau) is then as likely as one too low, and is said first."""
-_SPREAD_POINTS = 200
-"""Train-loss points the robust spread (:meth:`PlateauRule._spread`) is taken over."""
-
 
 def first_check(wait: int, news: list[int], n: int, patience: int, every: int) -> int:
     """The first of ``n`` blocks at which a constant ``patience`` runs out (the wait reaches it,
@@ -58,15 +52,15 @@ def first_check(wait: int, news: list[int], n: int, patience: int, every: int) -
     return n
 
 
-_CAPACITY = Cause("the model's capacity or the data limit this loss", 0.3)
-"""plateau's last cause, whatever else it finds."""
-
-
-class PlateauRule(LossBlockRule):
+class PlateauRule(LossBlockRule, PlateauAlert):
     id = "plateau"
     min_fast = 32
     """(Twice the default: the vectorised step costs ~40 us, twice the others', and a block one by
     one ~1.2 us; on the bench's short runs 16 cost ~20 % more than no vectorised step at all.)"""
+    lazy_spread = True
+    """A block one by one reads the noise level only where a value clears a bar of ``min_delta``
+    alone (the noise only raises the bars) or the rule fires: a live watch's blocks, most of them
+    no clear improvement, then never compute it (see :meth:`_noise_at`)."""
 
     def __init__(self, cfg: PlateauConfig, ctx: Context) -> None:
         super().__init__(cfg, ctx)
@@ -76,6 +70,9 @@ class PlateauRule(LossBlockRule):
     def rewind(self) -> None:
         cfg: PlateauConfig = self.cfg
         self._rewind_blocks()
+        self._cols: list[float] | None = None
+        """The noise levels of the frame's blocks as Python floats, made at the first read by a
+        block taken one by one (see :meth:`_noise_at`)."""
         self._deferred: tuple[Frame, Blocks] | None = None
         """A frame whose train blocks cannot fire, taken at the next frame (see update)."""
         self.recent: deque[float] = deque(maxlen=_TREND_WINDOWS)
@@ -137,6 +134,16 @@ class PlateauRule(LossBlockRule):
         self._start_frame(b)
         return self._drive(frame, b)
 
+    def _start_frame(self, b: Blocks) -> None:
+        self._cols = None
+
+    def _noise_at(self, b: Blocks, i: int) -> float:
+        """The noise level of block ``i`` of the frame being driven."""
+        cols = self._cols
+        if cols is None:
+            cols = self._cols = b.noise.tolist()
+        return cols[i]
+
     def _rearm_level(self, best: float, delta: float) -> float:
         return best - max(self.cfg.rearm_delta, delta) * abs(best)
 
@@ -153,7 +160,7 @@ class PlateauRule(LossBlockRule):
         noise = b.noise[i:j]
         bprev = np.minimum.accumulate(np.concatenate(([self.best], med)))[:-1]
         improved = med < bprev - np.maximum(cfg.min_delta, cfg.noise_factor * noise) * np.abs(bprev)
-        news = np.flatnonzero(improved).tolist()  # (the new bests: few)
+        news = improved.nonzero()[0].tolist()  # (the new bests: few)
         # the reference each block's level is compared with, if no slow improvement restarted
         # the patience: the last new best before it (each is below all before it, so the lowest
         # of them). A restart sets it to the level, below the reference then: the reference is
@@ -187,13 +194,13 @@ class PlateauRule(LossBlockRule):
                 stop &= ~improved
             else:
                 stop = med < rearm
-            hit = np.flatnonzero(stop)
+            hit = stop.nonzero()[0]
             k = int(hit[0]) if hit.shape[0] else n
         # ... each checked in order as :meth:`_block` does, up to the first stop (a restart there
         # takes its place: its patience check does not run). After a restart at t no patience can
         # run out before t + patience: the step goes on to there (it may stop early, never late).
         restart, level_r = -1, math.inf
-        cands = np.flatnonzero(maybe).tolist()
+        cands = maybe.nonzero()[0].tolist()
         if cands and cands[0] <= k:
             medl, al, cl, refl = med.tolist(), a.tolist(), c.tolist(), ref.tolist()
             deltal = delta.tolist()  # (:meth:`_block`'s margin, to the bit: computed above)
@@ -222,13 +229,16 @@ class PlateauRule(LossBlockRule):
             self.prev = (p2, float(med[0])) if k == 1 else (float(med[k - 2]), float(med[k - 1]))
         return k
 
-    def _block(self, frame: Frame, b: Blocks, i: int, med: float, noise: float,
+    def _block(self, frame: Frame, b: Blocks, i: int, med: float, noise: float | None,
                step: int) -> Hit | None:
-        """One block of the train loss, the reference."""
+        """One block of the train loss, the reference (``noise`` None: read where it is needed).
+
+        The noise only raises a bar above ``min_delta``'s (``max(min_delta, ...)``, times the
+        same non-negative scale, subtracted from the same value: rounding keeps the order), so a
+        value that does not clear ``min_delta``'s bar clears no bar, and its noise is not read."""
         cfg: PlateauConfig = self.cfg
         self.nblk += 1
         self.recent.append(med)
-        delta = max(cfg.min_delta, cfg.noise_factor * noise)
         if self.rearm_below is not None and med < self.rearm_below:
             self.rearm_below = None
             if self.first is not None and self.first[1] is None:
@@ -236,8 +246,11 @@ class PlateauRule(LossBlockRule):
         p1, p2 = self.prev
         self.prev = (p2, med)
         best = self.best
+        if noise is None and best is not None and med < best - cfg.min_delta * abs(best):
+            noise = self._noise_at(b, i)
         # a clear improvement on the best so far restarts the patience
-        if best is None or med < best - delta * abs(best):
+        if best is None or (noise is not None and med < best - max(
+                cfg.min_delta, cfg.noise_factor * noise) * abs(best)):
             self.best, self.best_step = med, step  # (= _note_best: this rule has no _new_best)
             self.wait = self.since_best = 0
             self.ref, self.ref_step = med, step
@@ -252,10 +265,13 @@ class PlateauRule(LossBlockRule):
         # "not improved". The bar allows for the noise of the two values compared. (A median of
         # three is below a bar when two of them are; p1 is NaN for the first two blocks.)
         ref = self.ref
-        bar = ref - max(cfg.min_delta, _LEVEL_DIFF * cfg.noise_factor * noise) * abs(ref)
-        if med < bar and (p1 < bar or p2 < bar) and not math.isnan(p1):
-            self.ref, self.ref_step, self.wait = small_median((p1, p2, med)), step, 0
-            return None
+        if noise is None and med < ref - cfg.min_delta * abs(ref):
+            noise = self._noise_at(b, i)
+        if noise is not None:
+            bar = ref - max(cfg.min_delta, _LEVEL_DIFF * cfg.noise_factor * noise) * abs(ref)
+            if med < bar and (p1 < bar or p2 < bar) and not math.isnan(p1):
+                self.ref, self.ref_step, self.wait = small_median((p1, p2, med)), step, 0
+                return None
         if self.nblk <= cfg.warmup_windows:
             return None
         self.wait += 1
@@ -272,6 +288,9 @@ class PlateauRule(LossBlockRule):
         back = list(self.recent)[-min(self.since_best, 2 * patience, _TREND_WINDOWS):]
         if improving(back, cfg.improving_tau, cfg.min_delta / 2):
             return None
+        if noise is None:
+            noise = self._noise_at(b, i)
+        delta = max(cfg.min_delta, cfg.noise_factor * noise)
         self.rearm_below = self._rearm_level(min(self.best, med), delta)  # type: ignore[type-var]
         self.fired += 1
         if self.fired == 1:
@@ -293,12 +312,15 @@ class PlateauRule(LossBlockRule):
         count, best, best_step = self.v_count, self.v_best, self.v_best_step
         wait, rearm = self.v_wait, self.v_rearm_below
         pool = self.v_pool
-        for i, (x0, step0, pos) in enumerate(zip(pts.values.tolist(), pts.steps.tolist(),
-                                                 pts.pos.tolist())):
-            judged = pool.push(x0, step0)  # dense evaluations are judged pooled
-            if judged is None:
-                continue
-            x, step = judged
+        sparse = pool.dense is False  # (then each evaluation is judged as it is: no call)
+        for i, (x, step, pos) in enumerate(zip(pts.values.tolist(), pts.steps.tolist(),
+                                               pts.pos.tolist())):
+            if not sparse:
+                judged = pool.push(x, step)  # dense evaluations are judged pooled
+                if judged is None:
+                    continue
+                x, step = judged
+                sparse = pool.dense is False
             recent.append(x)
             count += 1
             if count % 4 == 1:  # the noise estimate is refreshed every 4 evaluations
@@ -344,75 +366,3 @@ class PlateauRule(LossBlockRule):
         if not isinstance(self._v_noise, float):
             self._v_noise = noise_sd(self._v_noise)
         return max(cfg.val_min_delta, cfg.noise_factor * self._v_noise)
-
-    def _spread(self, pos: int) -> float:
-        """Relative robust spread (1.4826 MAD / |median|) of the last train-loss points."""
-        _s, v = self.ctx.recent("loss", pos, _SPREAD_POINTS)
-        if v.shape[0] < 20:
-            return 0.0
-        m = median(v)
-        return 1.4826 * median(np.abs(v - m)) / abs(m) if m else 0.0
-
-    def _fire(self, frame: Frame, pos: int, step: int, time: float, which: str, now: float,
-              best: float, best_step: int, delta: float, span: int,
-              severity_override: str | None = None) -> Hit:
-        cfg: PlateauConfig = self.cfg
-        lr = self.ctx.latest("lr", pos)
-        peak = self.lr.at(frame, pos)
-        _gs, gv = self.ctx.recent("grad_norm", pos, 50)
-        g = small_median(gv.tolist()) if gv.shape[0] else None  # (= median(gv): 50 values)
-        severity = severity_override or cfg.severity
-        # the causes come in ranked order (confidence never rises down the list): built as they
-        # are, with no sort
-        causes: list[Cause] = []
-        fixes: list[str] = []
-        at_floor = lr is not None and peak > 0 and lr <= cfg.lr_floor_ratio * peak
-        spread = self._spread(pos) if which == "train" else None
-        if at_floor:
-            severity = cfg.floor_severity
-            causes.append(Cause((f"the LR is at its floor ({fmt(lr)}, peak {fmt(peak)}): the "
-                                 "schedule is exhausted and the run has converged for it"), 0.8))
-            fixes.append("Stop here, or continue with a new schedule (a higher LR) if the "
-                         "loss should go lower")
-        if g is not None and g < cfg.grad_low:
-            causes.append(Cause(f"vanishing gradients: the grad norm is only {fmt(g)}", 0.7))
-            fixes.append("Check for saturated activations and missing normalisation or "
-                         "residual connections")
-        elif g is not None and g <= cfg.grad_high and not at_floor:
-            noisy = spread is not None and spread > NOISY_SPREAD
-            if noisy:
-                causes.append(Cause((f"a noisy loss: its points scatter {pct(spread)} around "
-                                     "their level; the LR may be too high to settle near the "
-                                     "minimum, or the batch too small"), 0.5))
-                fixes.append("Lower the LR 2-10x (or decay it sooner), or raise the batch size "
-                             "(gradient accumulation)")
-            causes.append(Cause((f"the learning rate is too low: the grad norm is healthy "
-                                 f"({fmt(g)}) but updates are too small"), 0.5 if noisy else 0.7))
-            fixes.append("Raise the learning rate 2-10x (or use an LR range test)")
-        elif g is not None and g > cfg.grad_high:
-            causes.append(Cause((f"noisy updates: the grad norm is large ({fmt(g)}), the LR may "
-                                 "be too high to settle or the batch too small"), 0.5))
-            fixes.append("Lower the LR or raise the batch size")
-        causes.append(_CAPACITY)
-        fixes.append("ReduceLROnPlateau-style: lower the LR 10x when this fires (if not at "
-                     "the floor), or stop early")
-        name = "val_loss" if which == "val" else "The loss"
-        unit = "evaluations" if which == "val" else "points"
-        if which == "val":
-            metric = frame.roles.get("val_loss")
-            message = (f"val_loss has not improved by {pct(delta)} in {span} evaluations "
-                       f"({fmt3(best)} at step {best_step}, {fmt3(now)} now).")
-        else:
-            metric = frame.roles.get("loss")
-            message = (f"{name} has not improved by {pct(delta)} in {fmt(span)} points "
-                       f"(smoothed: {fmt3(best)} at step {best_step}, {fmt3(now)} now).")
-        evidence = {
-            "reference": r6(best), "reference_step": best_step, "now": r6(now),
-            "min_delta": r6(delta),
-            f"no_improvement_{unit}": span, "lr": r6(lr) if lr is not None else None,
-            "lr_peak": r6(peak), "grad_norm_median": r6(g) if g is not None else None,
-        }
-        if spread is not None:
-            evidence["loss_spread"] = r6(spread)
-        return self.alert(pos=pos, severity=severity, step=step, time=time, metric=metric,
-                          message=message, evidence=evidence, causes=tuple(causes), fixes=fixes)

@@ -131,8 +131,8 @@ class LearningStalledRule(Rule):
         first = len(f) - int(L[-1])
         self.start_step = int(f.steps[first]) if first >= 0 else carried
         zero = f.values == 0.0
-        fire_zero = self._rearm(zero, np.flatnonzero(zero & (L == cfg.zero_points)).tolist())
-        fire_const = np.flatnonzero(~zero & (L == cfg.constant_points))
+        fire_zero = self._rearm(zero, (zero & (L == cfg.zero_points)).nonzero()[0].tolist())
+        fire_const = (~zero & (L == cfg.constant_points)).nonzero()[0]
         hits = [self._hit(f, int(i), int(L[i]), True, carried) for i in fire_zero]
         hits += [self._hit(f, int(i), int(L[i]), False, carried) for i in fire_const.tolist()]
         return sorted(hits, key=lambda h: h.pos)
@@ -144,13 +144,13 @@ class LearningStalledRule(Rule):
         v = f.values
         m = v.shape[0]
         # run r is bounds[r]:bounds[r + 1]
-        bounds = np.concatenate(([0], np.flatnonzero(v[1:] != v[:-1]) + 1, [m]))
+        bounds = np.concatenate(([0], (v[1:] != v[:-1]).nonzero()[0] + 1, [m]))
         lens = bounds[1:] - bounds[:-1]
         carry = self.prev_len if v[0] == self.prev else 0  # (the first run goes on)
         lens[0] += carry
         zeros: list[int] = []
         consts: list[int] = []
-        for r in np.flatnonzero(lens >= min(cfg.zero_points, cfg.constant_points)).tolist():
+        for r in (lens >= min(cfg.zero_points, cfg.constant_points)).nonzero()[0].tolist():
             s = int(bounds[r])
             zero = float(v[s]) == 0.0
             i = s + (cfg.zero_points if zero else cfg.constant_points) - (carry if r == 0 else 0) - 1
@@ -177,7 +177,7 @@ class LearningStalledRule(Rule):
             if self.nonzero_run >= need:
                 self.zero_armed = True
             return []
-        zi = np.flatnonzero(zero)
+        zi = zero.nonzero()[0]
         # non-zero values in a row just before each zero (the carried run before the first)
         gaps = np.empty_like(zi)
         if gaps.shape[0]:  # (np.diff with prepend= costs several times this)
@@ -188,7 +188,7 @@ class LearningStalledRule(Rule):
         k = 0
         for c in candidates:
             # the zeros up to this candidate: did a long enough non-zero stretch come before any?
-            j = int(np.searchsorted(zi, c, side="right"))
+            j = int(zi.searchsorted(c, side="right"))
             if not self.zero_armed and j > k and int(gaps[k:j].max()) >= need:
                 self.zero_armed = True
             k = j

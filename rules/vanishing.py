@@ -70,7 +70,7 @@ class GradVanishingRule(Rule):
             self._add_loss(lb, 0, len(lb))
             return hits
         # loss blocks completed at or before each grad block (by record)
-        upto = np.searchsorted(lb.pos, gb.pos, side="right")
+        upto = lb.pos.searchsorted(gb.pos, side="right")
         j = 0
         if first:
             k = int(upto[first - 1])
@@ -158,7 +158,7 @@ class GradVanishingRule(Rule):
         med = gb.med
         peak = np.maximum(self.peak, np.maximum.accumulate(med))
         low = (med <= cfg.ratio * peak) | (med <= cfg.abs_floor)
-        hit = np.flatnonzero(low)
+        hit = low.nonzero()[0]
         k = int(hit[0]) if hit.shape[0] else len(gb)
         if k:
             self.nblk += k

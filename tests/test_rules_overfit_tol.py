@@ -1,0 +1,64 @@
+"""``overfit``'s train tolerance (how far the train loss may rise and still count as not rising)
+is taken from the last train block's noise when a decision reads it, not at every frame: the
+noise is then computed for the few frames that need it. Read at any frame, it is the tolerance
+of the eager definition, the last block of the last frame that completed one."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from trainwatch.rules import load_rules_config
+from trainwatch.rules.base import Context, Frame, Points
+from trainwatch.rules.block_stream import BlockStream
+from trainwatch.rules.overfit import OverfitRule
+
+
+def _frame(loss: np.ndarray, start: int) -> Frame:
+    n = loss.shape[0]
+    idx = np.arange(start, start + n)
+    pts = Points("loss", idx, loss, idx.astype(np.float64), idx)
+    return Frame(0, {"loss": "loss"}, {"loss": pts}, (), pts.steps, pts.times, pts.pos,
+                 np.zeros(n, dtype=bool))
+
+
+def test_the_train_tolerance_read_at_any_frame_is_the_last_blocks() -> None:
+    cfg = load_rules_config().rules["overfit"]
+    for seed in range(4):
+        rng = np.random.default_rng(seed)
+        v = np.exp(-np.arange(8000) / 3000.0) * (1.0 + 0.04 * rng.standard_normal(8000))
+        rule = OverfitRule(cfg, Context())
+        ref = BlockStream(cfg.train_window)  # (eager: the noise at every push)
+        want = cfg.train_min_delta
+        pos = reads = 0
+        while pos < v.shape[0]:
+            c = int(rng.integers(1, 400))
+            part = v[pos:pos + c]
+            b = ref.push(Points("loss", np.arange(pos, pos + part.shape[0]), part,
+                                np.zeros(part.shape[0]), np.arange(pos, pos + part.shape[0])))
+            if len(b):
+                want = max(cfg.train_min_delta, 3.0 * 1.4142 * float(b.noise[-1]))
+            rule.update(_frame(part, pos))
+            pos += c
+            if rng.random() < 0.3:
+                assert rule._train_tol() == want, (seed, pos)
+                reads += 1
+        assert reads > 5 and want > cfg.train_min_delta
+
+
+def test_median3_is_small_median_to_the_bit() -> None:
+    """overfit's median of its last 3 evaluations, picked in a few comparisons, is the sort's:
+    the same value, and the same zero where 0.0 and -0.0 tie (every order of such triples)."""
+    import itertools
+    import math
+
+    from trainwatch.rules.overfit import median3
+    from trainwatch.rules.stats import small_median
+
+    rng = np.random.default_rng(3)
+    pool = [0.0, -0.0, 1.0, -1.0, 2.5, 1.0, 0.0]
+    triples = list(itertools.product(pool, repeat=3))
+    triples += [tuple(rng.choice([0.1, 0.2, 0.3, -0.0, 0.0], 3).tolist()) for _ in range(200)]
+    triples += [tuple(rng.standard_normal(3).tolist()) for _ in range(200)]
+    for t in triples:
+        want, got = small_median(t), median3(*t)
+        assert got == want and math.copysign(1.0, got) == math.copysign(1.0, want), t
