@@ -65,7 +65,7 @@ class Evals:
             if cut:
                 out[:cut] = self._growth_prefix(cut)
             return out
-        ks = np.flatnonzero(mask[:cut])
+        ks = mask[:cut].nonzero()[0]
         if ks.shape[0]:
             out[ks] = quick_growth(self.values, first[ks], self.end[ks] - (self.q - 1), self.q)
         return out
@@ -185,7 +185,7 @@ def joint_candidates(ev: Evals, other: Pushed, other_bar: float, bar: float
     if not bool((s[1:] > s[:-1]).all()):
         return None  # (a repeated step: the span by steps may start earlier)
     cand = ev.growth() >= bar
-    ks = np.flatnonzero(cand)
+    ks = cand.nonzero()[0]
     if ks.shape[0] == k:
         e0 = int(ev.end[0])
         g = _strided_growth(other.values, e0 - (ev.window - 1), e0 - (q - 1), ev.every, k, q)

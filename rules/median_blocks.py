@@ -73,14 +73,20 @@ class MedianBlocks:
         self._carry, self._med, self._meds = vals[nb * k:], None, meds
         return meds
 
+    def medians(self) -> np.ndarray:
+        """The medians of the last push that completed blocks, as an array (:meth:`blocks`'
+        ``med``, without the rest of the blocks)."""
+        med = self._med
+        if med is None:
+            med = self._med = np.array(self._meds)
+        return med
+
     def blocks(self) -> Blocks:
         """The blocks of the last push that completed any (as ``BlockStream.push`` returns
         them, with an empty MAD and noise level)."""
         pts, k, c = self._pts, self.k, self._before
         assert pts is not None
-        med = self._med
-        if med is None:
-            med = self._med = np.array(self._meds)
+        med = self.medians()
         # block j ends at the pushed point k - c - 1 + j k (the carried ones are fewer than k)
         last = slice(k - c - 1, k - c - 1 + med.shape[0] * k, k)
         return Blocks(med, _NONE, _NONE, pts.steps[last], pts.times[last], pts.pos[last])

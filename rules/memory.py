@@ -70,6 +70,8 @@ class GrowthAnalysis:
         self.time_track.read_by = self.mem_track
         self.mem_track.read_by = self.time_track
         self.graph_track = TrendTrack(det.graph_window)
+        self._side_names = frozenset(det.probe_metrics + det.graph_metrics)
+        """The series the probe and the graph size are read from."""
         self.probe = Episode(rearm=10, cooldown=0)
         self._frame: Frame | None = None
         self._hits: dict[str, list[Hit]] = {}
@@ -98,8 +100,11 @@ class GrowthAnalysis:
         time_pts = _finite(frame.role("step_time"))
         mem_pts = _finite(frame.role("memory"))
         has_mem = frame.roles.get("memory") is not None
-        probe_hits = self._probe(frame) if det.enabled else []
-        graph = self._graph_points(frame) if det.enabled else None
+        if det.enabled and not frame.series.keys().isdisjoint(self._side_names):
+            probe_hits = self._probe(frame)
+            graph = self._graph_points(frame)
+        else:  # (the usual frame: no probe, no graph size; one lookup for both)
+            probe_hits, graph = [], None
         if not (len(time_pts) or len(mem_pts) or probe_hits or (graph is not None and len(graph))):
             return {}  # no window ends without a new point (evaluation records, events)
         # what is still live in this segment: once state_detach has fired, a memory window can
@@ -164,7 +169,7 @@ class GrowthAnalysis:
                     cand = ev_t.growth(t_flat) >= det.time_only_growth / 2
                 else:
                     cand = np.zeros(ev_t.end.shape[0], dtype=bool)
-                ks = np.flatnonzero(cand)
+                ks = cand.nonzero()[0]
                 t_rho = WindowRho(ev_t, ks)
                 events += zip(ev_t.pos[ev_t.end[ks]].tolist(), itertools.repeat(1),
                               itertools.repeat("trend"), ks.tolist())
@@ -172,7 +177,7 @@ class GrowthAnalysis:
                 det.graph_window, 1, 0)
             if ev_g is not None and ev_g.end.shape[0] and trend_live:
                 cand = ev_g.growth() >= det.graph_min_growth / 2
-                ks = np.flatnonzero(cand)
+                ks = cand.nonzero()[0]
                 events += zip(ev_g.pos[ev_g.end[ks]].tolist(), itertools.repeat(2),
                               itertools.repeat("graph"), ks.tolist())
         else:
@@ -182,7 +187,7 @@ class GrowthAnalysis:
             pre = ev_m.growth(m_flat) >= mem.min_growth / 2
             if pre.any() or self.mem_active:
                 mem_pre = pre
-                m_rho = WindowRho(ev_m, np.flatnonzero(pre))
+                m_rho = WindowRho(ev_m, pre.nonzero()[0])
         out: dict[str, list[Hit]] = {"state_detach": [], "memory_growth": []}
 
         def other(kind: str, k: int) -> None:
@@ -210,7 +215,7 @@ class GrowthAnalysis:
             keep = mem_pre.copy()
             keep[0] = True
             keep[1:] |= mem_pre[:-1]
-            ks = np.flatnonzero(keep)
+            ks = keep.nonzero()[0]
             events += zip(ev_m.pos[ev_m.end[ks]].tolist(), itertools.repeat(3),
                           np.where(mem_pre[ks], "mem", "mem_ok").tolist(), ks.tolist())
             for _pos, _o, kind, k in sorted(events):
@@ -225,8 +230,8 @@ class GrowthAnalysis:
             # the same, with the memory windows that can change something only: while an
             # episode holds, the next that fails the quick bar (it ends it); else the next that
             # passes (it is judged); none once state_detach has fired (memory_growth yields)
-            ups = np.flatnonzero(mem_pre).tolist()
-            downs = np.flatnonzero(~mem_pre).tolist()
+            ups = mem_pre.nonzero()[0].tolist()
+            downs = (~mem_pre).nonzero()[0].tolist()
             m_pos = ev_m.pos[ev_m.end].tolist()
             cur = 0
             evs = [*sorted(events), (math.inf, 0, "", 0)]
@@ -318,9 +323,10 @@ class StateDetachRule(Rule):
 
     def update(self, frame: Frame) -> list[Hit]:
         hits = self.analysis.hits(frame, self.id)
-        log = self.ctx.log(self.id)
-        for h in hits:
-            log.add(h.pos, h.alert.step)
+        if hits:  # (the log is made when first asked for: most runs never fill it)
+            log = self.ctx.log(self.id)
+            for h in hits:
+                log.add(h.pos, h.alert.step)
         return hits
 
     def rewind(self) -> None:

@@ -79,9 +79,9 @@ def spearman_rows(rows: np.ndarray) -> np.ndarray:
     rx, sxx = _centred_ranks(n)
     order = rows.argsort(axis=1)
     sy = np.sort(rows, axis=1)  # (cheaper than gathering by order)
-    num = rx[order] @ rx  # (exact sums, as in spearman_in_order)
+    rxo = rx[order]
     if bool((sy[:, 1:] != sy[:, :-1]).all()):
-        return num / math.sqrt(sxx * sxx)
+        return (rxo @ rx) / math.sqrt(sxx * sxx)  # (exact sums, as in spearman_in_order)
     # tie groups, over the rows laid end to end (a row's start starts a group): each value's
     # mean rank, centred, is (lo + hi - n) / 2 with lo..hi-1 its group's positions in its row
     flat = sy.ravel()
@@ -89,11 +89,15 @@ def spearman_rows(rows: np.ndarray) -> np.ndarray:
     brk[0] = True
     np.not_equal(flat[1:], flat[:-1], out=brk[1:])
     brk[::n] = True
-    lo = np.flatnonzero(brk)
-    hi = np.append(lo[1:], m * n)
+    lo = brk.nonzero()[0]
+    hi = np.empty_like(lo)  # (the next group's start: np.append's copy, without its wrapper)
+    hi[:-1] = lo[1:]
+    hi[-1] = m * n
     ry = np.repeat((lo + hi - 2 * n * (lo // n) - n) * 0.5, hi - lo).reshape(m, n)
-    num = np.einsum("ij,ij->i", rx[order], ry)
+    num = np.einsum("ij,ij->i", rxo, ry)
     den = np.sqrt(sxx * np.einsum("ij,ij->i", ry, ry))
+    if bool((den > 0).all()):  # (only a window of one repeated value has none)
+        return num / den
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(den > 0, num / den, 0.0)
 

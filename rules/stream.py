@@ -224,7 +224,7 @@ class StalledStreamRule(Rule):
         cfg: StreamConfig = self.cfg
         w, n = cfg.gap_window, gap.shape[0]
         hits: list[Hit] = []
-        cand = np.flatnonzero(gap > cfg.min_seconds).tolist()
+        cand = (gap > cfg.min_seconds).nonzero()[0].tolist()
         for i in cand:
             if bad and i in bad:
                 continue
@@ -277,7 +277,7 @@ class StalledStreamRule(Rule):
         n = frame.rec_is_event.shape[0]
         fin = self.finished
         prev = -1
-        rows = np.flatnonzero(frame.rec_is_event).tolist()
+        rows = frame.rec_is_event.nonzero()[0].tolist()
         names = (ev_names if ev_names is not None else [ev.name for ev in frame.events])
         names = names[:len(rows)]
         names += [""] * (len(rows) - len(names))  # an event row without its event: another event

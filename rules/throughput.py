@@ -143,8 +143,8 @@ class ThroughputDropRule(Rule):
             rest = meds[i:] if i else meds
             lo, hi = min(rest), max(rest)
         else:
-            med = self.blocks.blocks().med[i:]
-            lo, hi = float(med.min()), float(med.max())
+            med = self.blocks.medians()[i:]
+            lo, hi = float(np.minimum.reduce(med)), float(np.maximum.reduce(med))
         if bar > 0 and lo > bar * max(hi, max(ref)):
             ref.extend(meds[i:])
             self.nblk += n - i
@@ -204,7 +204,7 @@ class ThroughputDropRule(Rule):
         R = self.ref.maxlen or 0
         seq = np.concatenate([np.asarray(self.ref, dtype=np.float64), med])
         ref = median_sorted(np.sort(windows(seq, R)[: med.shape[0]], axis=1))
-        low = np.flatnonzero(med <= (1.0 - cfg.drop) * ref)
+        low = (med <= (1.0 - cfg.drop) * ref).nonzero()[0]
         k = int(low[0]) if low.shape[0] else int(med.shape[0])
         if k:
             self.ref.extend(med[:k].tolist())

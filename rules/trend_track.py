@@ -27,6 +27,7 @@ windows then read what they would read in the file read whole. The reads take at
 ``cap`` points of a span (see :func:`~trainwatch.rules.growth.span_window`), so a series logged
 far more often than the other is held to ``cap`` points (plus the rest of the oldest frame, at
 most a push's ``cap`` and a frame: under ``2 * cap`` and a frame in all), not to the whole span.
+The reads over the held frames' arrays are :mod:`~trainwatch.rules.track_frames`'s.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ import numpy as np
 from trainwatch.rules.base import Points
 from trainwatch.rules.growth import Pushed
 from trainwatch.rules.stats import min_max
+from trainwatch.rules.track_frames import exact_range, first_counted, held_step, split_range
 
 _NO_INTS = np.empty(0, dtype=np.int64)
 _NO_FLOATS = np.empty(0)
@@ -197,24 +199,8 @@ class TrendTrack:
             return None
         if self._reach_at == self.count:
             return self._reach
-        k = min(self.window - 1, n)
-        step = None
-        if 2 * k <= n:  # (walk from the nearer end: a few frames)
-            for a in reversed(self._arrs):
-                m = a[0].shape[0]
-                if k <= m:
-                    step = a[0].item(m - k)
-                    break
-                k -= m
-        else:
-            i = n - k
-            for a in self._arrs:
-                m = a[0].shape[0]
-                if i < m:
-                    step = a[0].item(i)
-                    break
-                i -= m
-        self._reach_at, self._reach = self.count, float(step)  # type: ignore[arg-type]
+        step = held_step(self._arrs, n, n - min(self.window - 1, n))
+        self._reach_at, self._reach = self.count, float(step)
         return self._reach
 
     def from_step(self, new_frames: int = 0) -> float:
@@ -243,13 +229,8 @@ class TrendTrack:
 
     def _before_keep(self) -> int:
         """The step of the point before the last ``keep`` (more are held): a walk over the
-        frames' lengths from the oldest, where it is, and one value read."""
-        i = self._n_held - self.keep - 1
-        for j, m in enumerate(self._n):
-            if i < m:
-                return self._arrs[j][0].item(i)
-            i -= m
-        raise AssertionError("fewer points held than counted")
+        frames, where it is, and one value read."""
+        return held_step(self._arrs, self._n_held, self._n_held - self.keep - 1)
 
     def _n_reach(self, since: float) -> int:
         """How many of the held points a window may read: the last ``keep``, and those at step
@@ -385,12 +366,14 @@ class TrendTrack:
         lo, hi = math.inf, -math.inf
         n = pts.values.shape[0]
         if n:
-            i = _first_counted(pts.steps, n, self.count + 1, first_count, first_step)
+            i = first_counted(pts.steps, n, self.count + 1, first_count, first_step)
             if i == 0:
                 lo, hi = min_max(pts.values)
                 self._next = (pts, lo, hi)
             elif i < n:
-                lo, hi = min_max(pts.values[i:])
+                # (the frame's whole range too, for when it is held: one pass over it)
+                lo, hi, a, b = split_range(pts.values, i)
+                self._next = (pts, a, b)
         if self._n_held:
             since = self._first[0] if self._wide is None else self._wide
             if since >= first_count:  # (every held point and range is past the warm-up)
@@ -398,7 +381,7 @@ class TrendTrack:
             else:
                 for j, ((st, v, _p, _t), c, a, b) in enumerate(
                         zip(self._arrs, self._first, self._lo, self._hi)):
-                    i = _first_counted(st, v.shape[0], c, first_count, first_step)
+                    i = first_counted(st, v.shape[0], c, first_count, first_step)
                     if i or (j == 0 and self._wide is not None):  # (exact: see _wide)
                         if i >= v.shape[0]:
                             continue
@@ -414,26 +397,7 @@ class TrendTrack:
                       ) -> tuple[float, float] | None:
         """:meth:`minmax_from` of exactly the points a window may read (see :meth:`_n_reach`)
         and ``pts``'."""
-        lo, hi = math.inf, -math.inf
         extra = self._n_held - self._n_reach(self.from_step())
         frames = [*((a[0], a[1], c) for a, c in zip(self._arrs, self._first)),
                   (pts.steps, pts.values, self.count + 1)]
-        for j, (st, v, c) in enumerate(frames):
-            i = _first_counted(st, v.shape[0], c, first_count, first_step)
-            if j < len(frames) - 1:
-                i = max(i, extra)
-                extra = max(0, extra - v.shape[0])
-            if i < v.shape[0]:
-                a, b = min_max(v[i:])
-                lo, hi = min(lo, a), max(hi, b)
-        return None if lo > hi else (lo, hi)
-
-
-def _first_counted(steps: np.ndarray, n: int, first: int, first_count: int,
-                   first_step: float) -> int:
-    """Index of the first of n points (steps ``steps``, the first counting ``first``) that
-    counts ``first_count`` or more or sits at ``first_step`` or later (n if none)."""
-    i = max(0, first_count - first)  # (the point at index j counts first + j)
-    if i and first_step < math.inf:
-        i = min(i, int(steps.searchsorted(first_step, "left")))
-    return min(i, n)
+        return exact_range(frames, extra, first_count, first_step)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from trainwatch.rules.stats import nan_median_of_others, nan_median_rows
-from trainwatch.rules.straggler import median_of_others_full
+from trainwatch.rules.straggler import _shared_steps, median_of_others_full
 
 
 def _reference(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -44,6 +44,22 @@ def test_median_of_the_others_without_missing_values_needs_no_ranking() -> None:
             got = median_of_others_full(a)
             ref, _n = nan_median_of_others(a)
             assert got.tobytes() == ref.tobytes(), (k, scale)
+
+
+def test_shared_steps_are_the_sorted_distinct_steps_of_all_ranks() -> None:
+    # every rank with the same steps: those up to the limit, with no sort; anything else (a
+    # rank skipping or repeating a step, or ahead of the others) is left to the sort (None)
+    rng = np.random.default_rng(13)
+    base = np.arange(1, 501, dtype=np.int64)
+    skipped = base[rng.random(500) > 0.1]
+    repeated = np.sort(np.concatenate([base, base[40:42]]))
+    for limit in (0, 1, 250, 499, 500, 10_000):
+        got = _shared_steps([base, base.copy(), base.copy()], limit)
+        ref = np.unique(np.concatenate([base] * 3))
+        assert got is not None and got.tolist() == ref[ref <= limit].tolist(), limit
+        assert _shared_steps([base, skipped], limit) is None
+        assert _shared_steps([repeated, repeated.copy()], limit) is None
+        assert _shared_steps([base, base[:-1]], limit) is None
 
 
 def test_a_value_is_compared_with_the_others_only() -> None:
