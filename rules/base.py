@@ -273,6 +273,14 @@ class Context:
             lg.clear()
         self.shared.clear()
 
+    def forget(self, role: str) -> None:
+        """``role`` moved to another series: its history and the streams shared on it restart
+        (its count of points in the run stays: it measures how far the run is)."""
+        self._hist.pop(role, None)
+        self._pending.pop(role, None)
+        for key in [k for k in self.shared if isinstance(k, tuple) and k[:1] == (role,)]:
+            del self.shared[key]
+
 
 _EMPTY_I = np.empty(0, dtype=np.int64)
 _EMPTY_F = np.empty(0, dtype=np.float64)
@@ -288,6 +296,11 @@ class Rule:
     throughput from the step time. When the fallback's series is there, the engine counts a
     series of the first role from the record it first appears at, whatever the batching (see
     ``RuleEngine._new_names``)."""
+    roles_read: tuple[str, ...] = ()
+    """Roles whose series the rule's state is built from. When one of them moves to another
+    series (a name ranked higher for it appears mid-run, at another scale perhaps), the engine
+    rewinds the rule: it starts over on the new series instead of reading the change of series
+    as a spike or a rise. Roles read only to diagnose (the LR at a spike) are not listed."""
 
     def __init__(self, cfg: Any, ctx: Context) -> None:
         self.cfg = cfg

@@ -102,6 +102,7 @@ class _FrameCols:
 
 class DivergenceRule(LossBlockRule):
     id = "divergence"
+    roles_read = ("loss",)
     lazy_spread = True
     """(The vectorised step reads the blocks' MAD and noise only at candidates: on most frames
     at none, and their sort and rolling median are not done.)"""

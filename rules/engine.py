@@ -11,8 +11,10 @@
 Each batch is cut at segment boundaries (a resumed run replays steps) into frames; every rule
 sees every frame in a fixed order, and hits are sorted by record, so the alerts are identical
 whether a file arrives point by point or all at once. After a rewind, an alert that already
-fired for the replayed steps (same rule and metric) is not raised again. What happens with an
-alert (toast, bell, file, exit code) is not the engine's business.
+fired for the replayed steps (same rule and metric) is not raised again. When a role moves to
+another series mid-run (a name ranked higher for it appears), the rules built on it start over
+on the new series. What happens with an alert (toast, bell, file, exit code) is not the
+engine's business.
 """
 
 from __future__ import annotations
@@ -240,8 +242,23 @@ class RuleEngine:
         """Take ``names`` as seen; ``roles``: their resolution with those already seen, when
         known."""
         self._names.update(names)
+        before = self._roles
         self._roles = self.cfg.roles.resolve(self._names) if roles is None else roles
         self._wanted = self._interest()
+        if not before.items() <= self._roles.items():  # (a role never goes unresolved)
+            self._restart({role for role, name in before.items()
+                           if self._roles.get(role) != name})
+
+    def _restart(self, moved: set[str]) -> None:
+        """Roles that moved to another series: the rules built on them, and the context's
+        history of them, start over (see ``Rule.roles_read``). The engine cuts a frame where a
+        role moves (``_new_names``), so this happens at the same record however the stream is
+        batched."""
+        for rule in self._rules:
+            if not moved.isdisjoint(rule.roles_read):
+                rule.rewind()
+        for role in moved:
+            self.ctx.forget(role)
 
     def feed_rank(self, rank: int, batch: RecordBatch, now: float | None = None) -> list[Alert]:
         """One rank's stream (``metrics.rank{N}.jsonl``): ``rank_straggler``. ``now`` (arrival

@@ -21,6 +21,7 @@ from trainwatch.rules.stats import min_max, true_runs
 
 class LrExhaustedRule(CalmFrames, Rule):
     id = "lr_exhausted"
+    roles_read = ("lr", "loss")
     fast = True
     """Take a frame whose LR stays clear of its floor and of ~0 in a few array operations
     (tests turn it off to compare)."""

@@ -315,6 +315,7 @@ def _finite(pts: Points | None) -> Points:
 
 class StateDetachRule(Rule):
     id = "state_detach"
+    roles_read = ("step_time", "memory")
     reads_unresolved = (("memory", "step_time"),)  # (no memory: step time alone, time_only)
 
     def __init__(self, cfg: DetachConfig, ctx: Context, analysis: GrowthAnalysis) -> None:

@@ -74,6 +74,7 @@ _CAUSES = rank_causes([("the model is memorising the training set (overfitting)"
 
 class OverfitRule(Rule):
     id = "overfit"
+    roles_read = ("loss", "val_loss")
 
     def __init__(self, cfg: OverfitConfig, ctx: Context) -> None:
         super().__init__(cfg, ctx)

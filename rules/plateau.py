@@ -54,6 +54,7 @@ def first_check(wait: int, news: list[int], n: int, patience: int, every: int) -
 
 class PlateauRule(LossBlockRule, PlateauAlert):
     id = "plateau"
+    roles_read = ("loss", "val_loss", "lr")
     min_fast = 32
     """(Twice the default: the vectorised step costs ~40 us, twice the others', and a block one by
     one ~1.2 us; on the bench's short runs 16 cost ~20 % more than no vectorised step at all.)"""

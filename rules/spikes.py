@@ -113,6 +113,7 @@ _LOSS_FIXES = (
 class LossSpikeRule(SpikeRule):
     id = "loss_spike"
     role = "loss"
+    roles_read = ("loss",)
 
     def _hit(self, f: Points, ev: SpikeEvent) -> Hit:
         i = ev.index
@@ -161,6 +162,7 @@ _GRAD_FIXES = (
 class GradExplosionRule(SpikeRule):
     id = "grad_explosion"
     role = "grad_norm"
+    roles_read = ("grad_norm",)
     log_flagged = True  # loss_spike and nan_inf ask whether the gradient norm spiked first
 
     def _hit(self, f: Points, ev: SpikeEvent) -> Hit:
@@ -200,6 +202,7 @@ _STEP_TIME_FIXES = (
 class StepTimeOutlierRule(SpikeRule):
     id = "step_time_outlier"
     role = "step_time"
+    roles_read = ("step_time",)
 
     def __init__(self, cfg: StepTimeConfig, ctx: Context) -> None:
         super().__init__(cfg, ctx)

@@ -70,6 +70,7 @@ _FLAT_FIXES = (("Print optimizer.param_groups[0]['lr'] and "
 
 class LearningStalledRule(Rule):
     id = "learning_stalled"
+    roles_read = ("loss",)
     fast = True
     """Take a frame where no value repeats the one before it in a few array operations (a live
     frame of distinct values above 0 in a set and a min of Python floats); tests turn it off to

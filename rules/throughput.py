@@ -61,6 +61,7 @@ class ThroughputDropRule(Rule):
     whose lowest is above the bar in one test, and runs of quiet blocks in one vectorised step
     (tests turn it off to compare)."""
     id = "throughput_drop"
+    roles_read = ("throughput", "step_time")
 
     def __init__(self, cfg: ThroughputConfig, ctx: Context) -> None:
         super().__init__(cfg, ctx)

@@ -19,6 +19,7 @@ class GradVanishingRule(Rule):
     """Take runs of quiet blocks in one vectorised step, and put off the blocks of a frame whose
     points show that none can be low (tests turn it off to compare)."""
     id = "grad_vanishing"
+    roles_read = ("grad_norm", "loss")
 
     def __init__(self, cfg: VanishingConfig, ctx: Context) -> None:
         super().__init__(cfg, ctx)
