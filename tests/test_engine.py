@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -410,14 +411,16 @@ def test_a_series_counts_from_the_record_it_first_appears_at(lines_per_read: int
 def test_a_role_moves_to_a_better_named_series_at_the_same_record_however_read() -> None:
     """``train_loss`` is the loss until a series named ``loss`` (ranked first) appears at record
     300: read whole, the frame is cut there, so the rules read the loss role as they do fed
-    record by record (without the cut, read whole the loss role would be ``loss`` from the
-    first record, and the rules would see neither the 300 points before it nor its jump)."""
+    record by record. The loss rules start over on ``loss`` (no spike at its jump), and the run's
+    count of loss points goes on: a NaN at step 350 is 350 points into the run, not within the
+    first 100 (without the cut, read whole, ``loss`` would be the loss from the first record and
+    the NaN its 50th point)."""
     rng = np.random.default_rng(0)
     recs = []
     for s in range(1, 601):
         r = {"step": s, "time": float(s), "train_loss": 1.0 + 0.01 * rng.standard_normal()}
         if s > 300:
-            r["loss"] = 5.0 + 0.01 * rng.standard_normal()
+            r["loss"] = math.nan if s == 350 else 5.0 + 0.01 * rng.standard_normal()
         recs.append(r)
     lines = [(json.dumps(r) + "\n").encode() for r in recs]
 
@@ -425,7 +428,8 @@ def test_a_role_moves_to_a_better_named_series_at_the_same_record_however_read()
         return [(a.rule, a.step, a.metric, a.message) for a in _read_in(lines, k, live)]
 
     one_by_one = alerts(1, live=True)
-    assert ("loss_spike", 301) in [(r, s) for r, s, _m, _t in one_by_one]
+    assert [(r, s) for r, s, _m, _t in one_by_one] == [("nan_inf", 350)]
+    assert "within the first" not in one_by_one[0][3]
     assert alerts(7, live=True) == one_by_one
     assert alerts(len(lines), live=False) == one_by_one
 
