@@ -48,6 +48,10 @@ def test_fmt_num(x: float | None, text: str) -> None:
 def test_fmt_num_significant_digits() -> None:
     assert fmt_num(1234, sig=2) == "1.2k"
     assert fmt_num(123.4, sig=2) == "123"  # never drop integer digits
+    # ... nor write an exponent before a suffix
+    assert [fmt_num(v, sig=2) for v in (2.2e11, 123_456, 12_345, 9.96e4)] == [
+        "220G", "123k", "12k", "100k"]
+    assert [fmt_num(v, sig=1) for v in (12_345, 2.2e8, -45_000)] == ["12k", "220M", "-45k"]
     assert fmt_num(0.00034567, sig=2) == "3.5e-4"
 
 

@@ -63,7 +63,10 @@ def _fmt_general(x: float, sig: int) -> str:
         return sign + _sci(a, sig)
     for scale, suffix in _SUFFIXES:
         if r >= scale:
-            return sign + _trim(f"{a / scale:.{sig}g}") + suffix
+            m = a / scale
+            if round(m) >= 10**sig:  # (220 G in 2 digits: keep the integer, not "2.2e+02G")
+                return sign + str(round(m)) + suffix
+            return sign + _trim(f"{m:.{sig}g}") + suffix
     if r < 1e-3:
         return sign + _sci(a, sig)
     if r >= 10**sig:  # fewer digits asked for than the integer part has: keep the integer
