@@ -18,6 +18,7 @@ from __future__ import annotations
 import itertools
 import math
 from bisect import bisect_left
+from functools import lru_cache
 
 import numpy as np
 
@@ -49,6 +50,12 @@ _EMPTY = Points("", np.empty(0, dtype=np.int64), np.empty(0), np.empty(0),
                 np.empty(0, dtype=np.int64))
 
 
+@lru_cache(maxsize=16)
+def _side_names(probe: tuple[str, ...], graph: tuple[str, ...]) -> frozenset[str]:
+    """The probe and graph series names as one set (once per config: every engine asks)."""
+    return frozenset(probe + graph)
+
+
 class GrowthAnalysis:
     """Runs once per frame for both rules; each rule takes its own hits."""
 
@@ -58,11 +65,21 @@ class GrowthAnalysis:
 
     def __init__(self, mem: MemoryConfig, det: DetachConfig, ctx: Context) -> None:
         self.mem, self.det, self.ctx = mem, det, ctx
-        keep = max(mem.window, det.window)
-        self.span_cap = SPAN_CAP_WINDOWS * keep
+        self.span_cap = SPAN_CAP_WINDOWS * max(mem.window, det.window)
         """The most points of the other series a window reads in its step span (the last ones):
         each track holds at most this many for the other's windows (see
         :mod:`~trainwatch.rules.trend_track`), and the whole file is read the same way."""
+        self._side_names = _side_names(det.probe_metrics, det.graph_metrics)
+        """The series the probe and the graph size are read from."""
+        self._frame: Frame | None = None
+        self._hits: dict[str, list[Hit]] = {}
+        self.rewind()
+
+    def rewind(self) -> None:
+        """A new segment: new tracks and probe episode (built here only, so an engine's
+        construction builds each once rather than building then resetting them)."""
+        mem, det = self.mem, self.det
+        keep = max(mem.window, det.window)
         self.time_track = TrendTrack(keep, ranged=False, window=det.window, cap=self.span_cap)
         self.mem_track = TrendTrack(keep, window=mem.window, cap=self.span_cap)
         # memory windows read the step time over their step span (memory_hit), step-time windows
@@ -70,17 +87,7 @@ class GrowthAnalysis:
         self.time_track.read_by = self.mem_track
         self.mem_track.read_by = self.time_track
         self.graph_track = TrendTrack(det.graph_window)
-        self._side_names = frozenset(det.probe_metrics + det.graph_metrics)
-        """The series the probe and the graph size are read from."""
         self.probe = Episode(rearm=10, cooldown=0)
-        self._frame: Frame | None = None
-        self._hits: dict[str, list[Hit]] = {}
-        self.rewind()
-
-    def rewind(self) -> None:
-        for t in (self.mem_track, self.time_track, self.graph_track):
-            t.reset()
-        self.probe.reset()
         self.detach_fired = False
         self.trend_fired = False
         self.mem_fired = False

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
+from functools import lru_cache
 
 import numpy as np
 
@@ -31,6 +32,16 @@ _STARTS = ("run_start", "resume")
 _SMALL = 64
 """Frames of at most this many records (live reads) are first tried with Python floats: a
 dozen comparisons cost less than the numpy calls on arrays this short."""
+_NO_GAPS = np.empty(0)
+"""A new rule's gap history, shared by every engine (read-only: the history is replaced, never
+changed in place)."""
+_NO_GAPS.flags.writeable = False
+
+
+@lru_cache(maxsize=16)
+def _acting(end_events: tuple[str, ...]) -> frozenset[str]:
+    """Event names that end or restart the stream (once per config: every engine asks)."""
+    return frozenset((*end_events, *_STARTS))
 
 
 def _without(gap: np.ndarray, end: int, skip: list[int], w: int) -> np.ndarray:
@@ -75,7 +86,7 @@ class StalledStreamRule(Rule):
         self.last_time: float | None = None
         self.last_step = 0
         self.last_pos = 0
-        self._gaps = np.empty(0)
+        self._gaps = _NO_GAPS
         """The last ``gap_window`` valid gaps, up to the start of ``_run``."""
         self._run: list[float] = []
         """Record times after ``_gaps`` whose successive differences are all valid gaps, not
@@ -83,7 +94,7 @@ class StalledStreamRule(Rule):
         self._tail: Frame | None = None
         """The last frame taken by :meth:`_quiet`, whose last record ``last_step`` and
         ``last_pos`` are not yet read from (see :meth:`_settle`)."""
-        self._acting = frozenset((*cfg.end_events, *_STARTS))
+        self._acting = _acting(cfg.end_events)
         """Event names that end or restart the stream (other events leave it running)."""
         self._memo: tuple[np.ndarray, float, float] | None = None
         """(``_gaps``, its limit and median) as :meth:`_current_limit` last computed them."""

@@ -65,11 +65,10 @@ class ThroughputDropRule(Rule):
 
     def __init__(self, cfg: ThroughputConfig, ctx: Context) -> None:
         super().__init__(cfg, ctx)
-        self.blocks = MedianBlocks(cfg.window)  # the medians are all it reads
         self.rewind()
 
     def rewind(self) -> None:
-        self.blocks.reset()
+        self.blocks = MedianBlocks(self.cfg.window)  # the medians are all it reads
         self.ref: deque[float] = deque(maxlen=self.cfg.ref_windows)
         self.nblk = 0
         self.low = 0

@@ -100,7 +100,7 @@ class TrendTrack:
         self._reach_at = -1
         self._reach = 0.0
         """:meth:`reach_step`'s answer, and the count it was asked at."""
-        self._since = -math.inf if self.read_by is not None else math.inf
+        self._since = -math.inf if self._read_by is not None else math.inf
         """The last :meth:`from_step` known: it only grows within a segment, so the points
         before it are not read (those after it may be)."""
         # the held frames, oldest first: their arrays, the count (1-based since the reset) of

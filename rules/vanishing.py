@@ -26,8 +26,6 @@ class GradVanishingRule(Rule):
         self.peak = 0.0
         """The highest grad block median so far (of every segment)."""
         self.peak_step = 0
-        self._grads = BlockStream(cfg.window, noise=False)
-        """The grad norm's blocks (only this rule reads them: it keeps their stream)."""
         self._later: list[Points] = []
         """Finite grad points of frames put off (see :meth:`_put_off`), not yet in ``_grads``."""
         self._later_n = 0
@@ -36,8 +34,10 @@ class GradVanishingRule(Rule):
         self.rewind()
 
     def rewind(self) -> None:
-        self._take_later()  # (the peak outlives the segment)
-        self._grads.reset()
+        if self._later:  # (never when built: the stream below does not exist yet)
+            self._take_later()  # (the peak outlives the segment)
+        self._grads = BlockStream(self.cfg.window, noise=False)
+        """The grad norm's blocks (only this rule reads them: it keeps their stream)."""
         self._open = 0
         """Points of the grad block under way (whether taken or put off)."""
         self._open_lo, self._open_hi = math.inf, -math.inf
