@@ -18,7 +18,8 @@ alarms. Scoring follows river's drift-detector evaluation (``river.drift.evaluat
 It also times the rules against the parse of the same bytes (the baseline of the same run): the
 rules must cost at most 0.2x the parse.
 
-    python bench/detect.py               # 40 runs per fault kind, 24 clean runs (264k steps)
+    python bench/detect.py               # 40 runs per fault kind, 24 clean runs (264k steps),
+                                         # 12 zero-inflated clean runs apart
     python bench/detect.py --quick       # 5 per kind, 6 clean runs (24k steps)
     python bench/detect.py --json OUT    # also write the scores as JSON
 """
@@ -40,10 +41,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `python bench
 
 from bench.synthetic import (
     FAULT_RULES,
+    ZERO_CLEAN_RUNS,
     SyntheticRun,
     clean_run,
     fault_run,
     parse_chunks,
+    zero_clean_run,
 )
 from trainwatch.load import LoadedRun
 from trainwatch.rules import RuleEngine, load_rules_config
@@ -353,6 +356,15 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 info_rules[a.rule] += 1
     fa_rate = fa / clean_total * 10_000 if clean_total else math.nan
+    # a zero-inflated loss (hinge, margin, triplet: 0 on easy batches), measured apart: its false
+    # alarms are not all mended yet (2026-11-22), so they are shown, not counted in the target,
+    # and its runs stay out of the cost (the labelled runs' cost stays comparable)
+    zero_fa: Counter[str] = Counter()
+    zero_steps = 0
+    for seed in range(ZERO_CLEAN_RUNS * (3 if n_clean >= 24 else 1)):
+        run = zero_clean_run(seed, n_steps=lengths[seed % len(lengths)])
+        zero_steps += run.n_steps
+        zero_fa.update(f"{a.rule}/{a.severity}" for a in run_engine(run, cfg, Cost()) if serious(a))
 
     scores = [score_kind(k, range(n_seeds), cfg, 600 if args.quick else 1000) for k in kinds]
     cost = Cost()
@@ -402,6 +414,11 @@ def main(argv: list[str] | None = None) -> int:
     if info_rules:
         print("  info-level alerts on clean runs (not counted): "
               + ", ".join(f"{k} {v}" for k, v in info_rules.most_common()))
+    n_zfa = sum(zero_fa.values())
+    print(f"zero-inflated loss (clean runs apart, no target yet): {n_zfa} warning+ alerts in "
+          f"{zero_steps:,} steps = {n_zfa / zero_steps * 10_000:.2f} per 10k; by rule: "
+          + (", ".join(f"{k} {v}" for k, v in zero_fa.most_common()) or "none")
+          + " (learning_stalled tells a loss's runs of zeros once by default: mixed_points)")
     ratio = cost.ratio
     print(f"clean runs alone: rules {clean_cost.ratio:.2f}x parse")
     cost_ok = ratio <= COST_TARGET

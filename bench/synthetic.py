@@ -14,7 +14,8 @@ way in.
 The clean runs are made to contain what real clean runs contain and what a naive rule mistakes for
 a fault: a slow first step (compilation), memory rising over the first steps (optimizer state),
 heavy-tailed batch noise, LR drops that make the loss drop, evaluation and checkpoint pauses, rare
-data-loader hiccups, and LR schedules that end at zero.
+data-loader hiccups, and LR schedules that end at zero. A few more (:func:`zero_clean_run`) have a
+zero-inflated loss, exactly 0 on most steps, as hinge and detection losses are.
 """
 
 from __future__ import annotations
@@ -34,6 +35,13 @@ from trainwatch.formats.jsonl import JsonlParser
 SHAPES = ("exp", "cosine", "step", "linear", "heavy")
 """Clean loss/LR shapes: exponential decay at constant LR, warmup+cosine, step decay, warmup+linear
 decay to zero (the Hugging Face default), and cosine with heavy-tailed (Student-t) batch noise."""
+ZERO_SHAPE = "zero"
+"""A zero-inflated loss (hinge, margin and triplet losses on easy batches, detection losses on
+batches without positives): exactly 0 on a large, growing share of steps, exponentially
+distributed around the falling curve otherwise. Not in :data:`SHAPES` (the clean runs cycle
+through those by seed): :func:`zero_clean_run` makes it, :data:`ZERO_CLEAN_RUNS` of them."""
+ZERO_CLEAN_RUNS = 4
+"""Zero-inflated clean runs a full bench adds to the clean runs of :data:`SHAPES`."""
 NOISES = (0.01, 0.03, 0.06)
 """Relative batch-to-batch loss noise levels."""
 PROBE_ATTACHED = "state_attached"
@@ -373,6 +381,27 @@ def clean_run(seed: int, n_steps: int = 4000, shape: str | None = None,
         add_probe(tr, rng)
     label = Label("clean", None, -1, 0)
     return finish_run(tr, f"clean-{shape}-{seed}", seed, shape, label)
+
+
+def zero_clean_run(seed: int, n_steps: int = 4000) -> SyntheticRun:
+    """A clean run of :data:`ZERO_SHAPE`: the LR schedule, curve and other series of a clean run
+    of ``SHAPES[seed % 5]`` (noise cycling as in :func:`clean_run`), the loss zero-inflated.
+
+    The share of exact zeros grows as the model learns (more batches are easy), from 30-60 %
+    to 60-85 %; a non-zero loss is the curve times an Exponential(1) draw (a few hinge terms
+    above their margin: mostly small, sometimes several times the mean). Its own random stream
+    (``clean/zero``): the runs of :func:`clean_run` are untouched by it.
+    """
+    shape = SHAPES[seed % len(SHAPES)]
+    noise = NOISES[(seed // len(SHAPES)) % len(NOISES)]
+    rng = _rng(seed, f"clean/{ZERO_SHAPE}")
+    tr = base_trace(rng, n_steps, shape, noise)
+    p_from, p_to = rng.uniform(0.3, 0.6), rng.uniform(0.6, 0.85)
+    learned = 1.0 - (tr.mean - tr.mean.min()) / max(float(tr.mean.max() - tr.mean.min()), 1e-12)
+    zero = rng.random(n_steps) < p_from + (p_to - p_from) * learned
+    tr.loss = np.where(zero, 0.0, tr.mean * rng.exponential(1.0, n_steps))
+    label = Label("clean", None, -1, 0)
+    return finish_run(tr, f"clean-{ZERO_SHAPE}-{seed}", seed, ZERO_SHAPE, label)
 
 
 def fault_run(kind: str, seed: int, n_before: int = 1000) -> SyntheticRun:

@@ -24,6 +24,9 @@ is read only at a block the other two let rise (and computed once per 4 blocks a
 A live frame completes one block of ``window`` points or none: its block's level and jump are
 picked on Python floats, and a block below the lower rise bar reads no MAD, noise or scatter (a
 sort of the jumps and the stream's rolling noise saved).
+
+A best level of exactly 0 (a zero-inflated loss, 0 on most steps) gives no relative rise: such a
+loss diverges past the absolute ``cap`` alone (see :func:`_scales` for why).
 """
 
 from __future__ import annotations
@@ -55,8 +58,25 @@ _MAD_SCALE = 1.4826
 def _scale(best: float, mad: float) -> float:
     """What the relative bars multiply: the best level, or the block's own spread when that is
     larger (a loss near 0, or crossing it, has no meaningful relative rise: at a best of 0 every
-    flat block was "up" and an error at once)."""
-    return max(abs(best), _MAD_SCALE * mad)
+    flat block was "up" and an error at once). A best of exactly 0 gives no relative rise at
+    all (infinite scale: only the cap is a bar), see :func:`_scales`."""
+    return max(abs(best), _MAD_SCALE * mad) if best else math.inf
+
+
+def _scales(best: np.ndarray, mad: np.ndarray) -> np.ndarray:
+    """:func:`_scale` of each block, vectorised.
+
+    A best level of exactly 0 is a loss that is exactly 0 on most steps (hinge, margin and
+    triplet losses on easy batches, detection losses on batches with no positives): its block
+    medians sit at 0 while the share of zeros is above a half, and jump to the level of its
+    non-zero values whenever that share dips below it, a rise from 0 that any relative bar
+    calls infinite (an error at once on every such run), and the block's MAD, 0 or the size of
+    the jump, measures nothing either. Nothing relative to 0 tells a divergence from that, so
+    the least surprising rule is none: a loss at 0 rises past the absolute ``cap`` or not at
+    all (a loss with a positive best, the usual case, keeps every bar)."""
+    scale = np.maximum(np.abs(best), _MAD_SCALE * mad)
+    scale[best == 0.0] = math.inf
+    return scale
 
 
 _FEW = 8
@@ -299,7 +319,7 @@ class DivergenceRule(LossBlockRule):
             if cfg.cap is not None:
                 cand |= med > cfg.cap
             if cand.any():
-                scale = np.maximum(np.abs(best), _MAD_SCALE * b.mad[i + w:j])
+                scale = _scales(best, b.mad[i + w:j])
                 cand &= med >= best + lo * scale
                 if cfg.cap is not None:
                     cand |= med > cfg.cap

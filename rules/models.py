@@ -126,6 +126,11 @@ class StalledConfig(RuleBase):
     rearm_points: int = integer(ge=1)
     """After a zero-loss alert, consecutive non-zero values before another may fire (a loss that
     is 0 on most batches is one story, not one alert per run of zeros)."""
+    mixed_points: int = integer(ge=0)
+    """A run of ``zero_points`` zeros is a bug only after this many non-zero values in a row (or
+    none before it): a loss that mixes exact zeros with other values (hinge, margin and detection
+    losses on easy batches) has runs of zeros. A run of this many zeros is one in any loss (it
+    turned into zeros altogether). 0: every run of ``zero_points`` zeros."""
 
 
 @dataclass(frozen=True)

@@ -280,6 +280,12 @@ class PlateauRule(LossBlockRule, PlateauAlert):
         patience = max(cfg.patience, int(cfg.patience_fraction * self.nblk))
         if self.wait < patience or self.rearm_below is not None:
             return None
+        if self.ref == 0.0:
+            # a smoothed loss at exactly 0 (more than half its points 0: a hinge or detection
+            # loss on easy batches, or a zero-loss bug, learning_stalled's story) cannot improve
+            # by any fraction of its level, and its median hides what its non-zero values do:
+            # "not improved by 1 % of 0" says nothing
+            return None
         # a slow, steady improvement since the reference is not a plateau (re-tested every
         # patience/4 windows while it lasts: the test costs a Theil-Sen fit)
         if (self.wait - patience) % max(4, patience // 4):

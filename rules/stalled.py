@@ -36,9 +36,13 @@ _ZERO_CAUSES = rank_causes([
      0.5),
     ("labels leak into the inputs, so the task is trivial", 0.4),
     ("the loss is multiplied by 0 or clamped (a zero loss weight)", 0.4),
+    (("nothing: a hinge, margin or triplet loss (or a detection loss on batches without "
+      "objects) is 0 on easy batches; then set learning_stalled.mixed_points: 100"), 0.3),
 ])
 _ZERO_FIXES = ("Print one batch's inputs, targets and mask, and the loss terms",
                "Check the loss weights and the ignore_index / masking logic")
+_NO_ZERO_YET = 1 << 40
+"""The non-zero run of a stream that held no zero yet: longer than any bar (an int64 still)."""
 _NO_GRAD, _GRAD_ZERO, _GRAD_MOVES = 0, 1, 2
 """What the gradient norm says about a flat, non-zero loss: not logged, exactly 0, non-zero."""
 
@@ -81,6 +85,9 @@ class LearningStalledRule(Rule):
         self._distinct = min(cfg.zero_points, cfg.constant_points)
         """A frame whose values each differ from the one before cannot fire when both bars
         are above 1."""
+        self._long = max(cfg.zero_points, cfg.mixed_points)
+        """A run of this many zeros is a bug even in a loss that mixes zeros in (one that turned
+        into zeros altogether): the second of a zero run's bars."""
         self.rewind()
 
     def rewind(self) -> None:
@@ -91,8 +98,12 @@ class LearningStalledRule(Rule):
         self.zero_armed = True
         """A zero-loss alert may fire (False after one, until ``rearm_points`` non-zero values
         in a row)."""
-        self.nonzero_run = 0
-        """Non-zero values in a row at the end of the last frame."""
+        self.nonzero_run = _NO_ZERO_YET
+        """Non-zero values in a row at the end of the last frame (since the stream's start, if
+        no zero came yet: as good as endless)."""
+        self.run_gap = _NO_ZERO_YET
+        """Non-zero values in a row before the first zero of the zero run the last frame ended
+        in (read where that run goes on into the next frame)."""
 
     def update(self, frame: Frame) -> list[Hit]:
         loss = frame.role("loss")
@@ -132,9 +143,10 @@ class LearningStalledRule(Rule):
         first = len(f) - int(L[-1])
         self.start_step = int(f.steps[first]) if first >= 0 else carried
         zero = f.values == 0.0
-        fire_zero = self._rearm(zero, (zero & (L == cfg.zero_points)).nonzero()[0].tolist())
+        at_bar = zero & ((L == cfg.zero_points) | (L == self._long))
+        fire_zero = self._rearm(zero, [(i, int(L[i])) for i in at_bar.nonzero()[0].tolist()])
         fire_const = (~zero & (L == cfg.constant_points)).nonzero()[0]
-        hits = [self._hit(f, int(i), int(L[i]), True, carried) for i in fire_zero]
+        hits = [self._hit(f, i, n, True, carried) for i, n in fire_zero]
         hits += [self._hit(f, int(i), int(L[i]), False, carried) for i in fire_const.tolist()]
         return sorted(hits, key=lambda h: h.pos)
 
@@ -149,26 +161,37 @@ class LearningStalledRule(Rule):
         lens = bounds[1:] - bounds[:-1]
         carry = self.prev_len if v[0] == self.prev else 0  # (the first run goes on)
         lens[0] += carry
-        zeros: list[int] = []
+        zeros: list[tuple[int, int]] = []
+        zero_bars = sorted({cfg.zero_points, self._long})
         consts: list[int] = []
         for r in (lens >= min(cfg.zero_points, cfg.constant_points)).nonzero()[0].tolist():
             s = int(bounds[r])
-            zero = float(v[s]) == 0.0
-            i = s + (cfg.zero_points if zero else cfg.constant_points) - (carry if r == 0 else 0) - 1
+            back = (carry if r == 0 else 0) + 1
+            if float(v[s]) == 0.0:
+                zeros += [(s + bar - back, bar) for bar in zero_bars
+                          if s <= s + bar - back < int(bounds[r + 1])]
+                continue
+            i = s + cfg.constant_points - back
             if s <= i < int(bounds[r + 1]):  # the point where the run's length equals the bar
-                (zeros if zero else consts).append(i)
+                consts.append(i)
         carried = self.start_step
         last = int(lens[-1])
         self.prev, self.prev_len = float(v[-1]), last
         self.start_step = int(f.steps[m - last]) if m - last >= 0 else carried
         fire_zero = self._rearm(None if float(v.min()) > 0.0 else v == 0.0, zeros, m)
-        hits = [self._hit(f, i, cfg.zero_points, True, carried) for i in fire_zero]
+        hits = [self._hit(f, i, n, True, carried) for i, n in fire_zero]
         hits += [self._hit(f, i, cfg.constant_points, False, carried) for i in consts]
         return sorted(hits, key=lambda h: h.pos)
 
-    def _rearm(self, zero: np.ndarray | None, candidates: list[int], n: int = 0) -> list[int]:
-        """The zero-loss candidates (indices, in order) that fire: one per episode, re-armed by
-        ``rearm_points`` non-zero values in a row; carries the state to the next frame.
+    def _rearm(self, zero: np.ndarray | None, candidates: list[tuple[int, int]], n: int = 0
+               ) -> list[tuple[int, int]]:
+        """The zero-loss candidates (index, length of its run of zeros there; in order) that
+        fire: one per episode, re-armed by ``rearm_points`` non-zero values in a row. A run of
+        ``zero_points`` zeros fires only with at least ``mixed_points`` non-zero values in a row
+        before it (a loss that mixes exact zeros with other values, a hinge or detection loss on
+        easy batches, has runs of zeros: a bug turns a loss that held none into zeros), one of
+        ``max(zero_points, mixed_points)`` always (that loss turned into zeros altogether).
+        Carries the state to the next frame.
         ``zero=None``: ``n`` values, none of them 0 (so no candidate either)."""
         need = self.cfg.rearm_points
         if zero is None or (self.fast and not zero.any()):
@@ -185,19 +208,28 @@ class LearningStalledRule(Rule):
             gaps[0] = zi[0] + self.nonzero_run
             np.subtract(zi[1:], zi[:-1], out=gaps[1:])
             gaps[1:] -= 1
-        fired: list[int] = []
+        fired: list[tuple[int, int]] = []
         k = 0
-        for c in candidates:
+        for c, run in candidates:
             # the zeros up to this candidate: did a long enough non-zero stretch come before any?
             j = int(zi.searchsorted(c, side="right"))
             if not self.zero_armed and j > k and int(gaps[k:j].max()) >= need:
                 self.zero_armed = True
             k = j
-            if self.zero_armed:
-                fired.append(c)
+            # the run's first zero is ``run`` zeros back, in this frame or an earlier one
+            first = j - run
+            gap = int(gaps[first]) if first >= 0 else self.run_gap
+            if self.zero_armed and (run >= self._long or gap >= self.cfg.mixed_points):
+                fired.append((c, run))
                 self.zero_armed = False
         n = zero.shape[0]
         tail = n - 1 - int(zi[-1]) if zi.shape[0] else n
+        if zi.shape[0] and not tail:
+            # the frame ends in a run of zeros: the gap before its first zero (the last zero
+            # after a non-zero value), unless the carried run fills the frame
+            starts = gaps.nonzero()[0]
+            if starts.shape[0]:
+                self.run_gap = int(gaps[starts[-1]])
         if not self.zero_armed and ((zi.shape[0] > k and int(gaps[k:].max()) >= need)
                                     or tail >= need or (not zi.shape[0]
                                                         and self.nonzero_run + n >= need)):

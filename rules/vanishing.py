@@ -204,7 +204,13 @@ class GradVanishingRule(Rule):
         if self._new_loss:
             self._fold_loss()
         lh = self.loss_hist
-        stuck = len(lh) == lh.maxlen and lh[-1] > lh[0] - self.delta * abs(lh[0])
+        # (a loss level of exactly 0 at either end is not "stuck": a zero-inflated loss, 0 on
+        # most steps, has a gradient of 0 wherever it is 0, so its grad norm's median is 0 with
+        # its own, and its levels jump between 0 and the non-zero values' by more than any bar;
+        # a loss at 0 got there (a zero-loss bug is learning_stalled's), a detached loss is
+        # stuck at a level above 0)
+        stuck = (len(lh) == lh.maxlen and lh[0] != 0.0 and lh[-1] != 0.0
+                 and lh[-1] > lh[0] - self.delta * abs(lh[0]))
         low = med <= cfg.ratio * self.peak or med <= cfg.abs_floor
         if self.active and med > 2 * cfg.ratio * self.peak and med > 2 * cfg.abs_floor:
             self.active = False  # the gradients came back
