@@ -9,14 +9,16 @@ Definition, point by point (finite values only):
   median is at least ``min_ratio - 1`` times ``|median|``, at least ``tail_guard`` times the
   largest relative deviation (either side: while the loss falls fast its points sit below the
   median and would hide the noise) among the last ``tail_window`` accepted points (heavy-tailed
-  noise raises the bar by itself; on Gaussian noise the guard stays near the z bar), and its robust z
-  ``(x - median) / (1.4826 MAD)`` is at least ``z_threshold``, and it is a *jump*: its excess over
-  the recent level (the median of the last ``recent_points`` accepted points) is at least
-  ``jump_share`` of its excess over the window median. The window median lags a smooth ramp by
-  half a window (a grad norm growing with the LR during warm-up on a healthy run); against the
-  recent level the ramp's next point is no jump, while a spike or a step up jumps from both.
-  Optionally (grad norm) a value at least ``early_max_ratio`` times the early maximum is anomalous
-  on its own.
+  noise raises the bar by itself; on Gaussian noise the guard stays near the z bar; when the
+  baseline becomes warm, the guard starts from the largest deviation of the points of the newest
+  half of the warm-up window that the first baseline accepts, so that the first points judged
+  face a learnt bar), and its robust z ``(x - median) / (1.4826 MAD)`` is at least
+  ``z_threshold``, and it is a *jump*: its excess over the recent level (the median of the last
+  ``recent_points`` accepted points) is at least ``jump_share`` of its excess over the window
+  median. The window median lags a smooth ramp by half a window (a grad norm growing with the
+  LR during warm-up on a healthy run); against the recent level the ramp's next point is no
+  jump, while a spike or a step up jumps from both. Optionally (grad norm) a value at least
+  ``early_max_ratio`` times the early maximum is anomalous on its own.
 * ``rebase_points`` anomalous points in a row make the new level the normal one (the baseline
   restarts).
 
@@ -36,7 +38,7 @@ import numpy as np
 
 from trainwatch.rules.episode import Episode
 from trainwatch.rules.models import SpikeConfig
-from trainwatch.rules.spike_pass import PassOutcome, optimistic_pass
+from trainwatch.rules.spike_pass import PassOutcome, optimistic_pass, warm_deviation
 from trainwatch.rules.spike_quiet import accept_quiet
 from trainwatch.rules.stats import MAD_TO_SIGMA, mad_sorted, median_sorted_float, small_median
 
@@ -239,20 +241,30 @@ class SpikeDetector:
         self.flag_run = 0
 
     def _refresh(self, track: bool) -> None:
-        """A refresh boundary reached by accepted points: the block's largest deviation joins
-        the tail guard's history (``track``: the vectorised paths skip it when the guard is
-        off), and with ``min_points`` behind it the baseline is taken from the ring."""
-        if track:
-            self.e_hist = (self.e_hist + [self.blk_e])[-self.Lb:]
-            self.emax = max(self.e_hist)
-            self.blk_e = 0.0
+        """A refresh boundary reached by accepted points: with ``min_points`` behind it the
+        baseline is taken from the ring, and the block's largest deviation joins the tail guard's
+        history (``track``: the vectorised paths skip it when the guard is off); at the
+        baseline's first boundary, the warm-up window's
+        (:func:`~trainwatch.rules.spike_pass.warm_deviation`)."""
+        blk = self.blk_e
         if self.n_acc >= self.cfg.min_points:
+            # the baseline's first boundary: the guard has learnt nothing yet (warm-up's blocks
+            # record 0), so the first judged points would face r1 alone and a heavy tail's
+            # first large normal value would be a spike (kept out of the guard, so would the
+            # next be); it starts from the warm-up window's (its newest half's) instead
+            warming = not self.ok and self.track_tail
             self.ok = True
             self._fold()
             win = self.win = self.ring.copy()
             win.sort()  # (np.sort's own, without its Python wrapper)
             self.med = median_sorted_float(win)  # (the same bits as median_sorted's)
             self._mad = None
+            if warming:
+                blk = max(blk, warm_deviation(self, self.ring, self.med, lambda: self.mad))
+        if track:
+            self.e_hist = (self.e_hist + [blk])[-self.Lb:]
+            self.emax = max(self.e_hist)
+            self.blk_e = 0.0
 
     def _flag_run_of(self, x: np.ndarray, steps: np.ndarray, severe: list[bool], base: int,
                      events: list[SpikeEvent], flagged: list[np.ndarray]) -> int:

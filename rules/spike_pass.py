@@ -12,7 +12,9 @@ starts after it. Rolling medians are taken only at refresh boundaries, from sort
 looked at unless one reaches the bar, and a MAD and a recent level are taken only for the rare
 windows and points that are candidates (the search among those is
 :mod:`trainwatch.rules.spike_first`). With no tail guard (``step_time_outlier``) its
-bookkeeping is skipped.
+bookkeeping is skipped; with one, the block that closes warm-up records the warm-up window's
+deviation (:func:`warm_deviation`, which the point-by-point reference calls too), so the
+search's bars start from it.
 
 The row layout: the points of a pass fall into rows, one per baseline they are tested against
 (row 0: the detector's current one; row r: the one refreshed at the r-th boundary the pass
@@ -29,7 +31,7 @@ compute them with the same expressions and agree to the bit.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -131,7 +133,15 @@ def optimistic_pass(det: SpikeDetector, x: np.ndarray) -> PassOutcome:
         mid *= 0.5  # = median_sorted(rows)
 
     mads: dict[int, float] = {}
-    """The MADs taken (by a candidate's test), by boundary (see ``PassOutcome.baseline``)."""
+    """The MADs taken (by a candidate's test, or the tail guard's start), by boundary (see
+    ``PassOutcome.baseline``)."""
+
+    def mad(g: int) -> float:
+        """The MAD of boundary ``g``'s window (taken once)."""
+        v = mads.get(g)
+        if v is None:
+            v = mads[g] = mad_sorted(partial[g] if g < g0 else rows[g - g0], meds[g])
+        return v
 
     med_r = med_all[:n_rows]
     n_bad = 0 if det.ok else min(n_rows, g_ok + 1)
@@ -166,6 +176,13 @@ def optimistic_pass(det: SpikeDetector, x: np.ndarray) -> PassOutcome:
         bm = dev[:nb_all]
         if nb_all and det.blk_e > 0.0:  # (a deviation is >= 0: max with 0 changes nothing)
             bm[0] = max(det.blk_e, float(bm[0]))
+        if not det.ok and g_ok < nb_all:
+            # the baseline's first boundary: its block (warm-up, 0) records the warm-up window's
+            # newest half's largest deviation instead (as SpikeDetector._refresh does); dev[g_ok]
+            # is never read as a row's own (_dev: row g_ok has no baseline)
+            hi = R + off + K * g_ok
+            bm[g_ok] = max(float(bm[g_ok]), warm_deviation(det, A[max(0, hi - W):hi],
+                                                           float(meds[g_ok]), lambda: mad(g_ok)))
     # early maximum: fixed once the first early_points accepted points are in
     need = max(0, cfg.early_points - det.early_n)
     head_max = float(np.maximum.reduce(x[:need])) if need and m else -math.inf
@@ -187,13 +204,6 @@ def optimistic_pass(det: SpikeDetector, x: np.ndarray) -> PassOutcome:
             cands = _candidates(det, over.tolist(), up[over].tolist(), blocks)
         first = next(cands, None)
         if first is not None:
-            def mad(g: int) -> float:
-                """The MAD of boundary ``g``'s window (taken once)."""
-                v = mads.get(g)
-                if v is None:
-                    v = mads[g] = mad_sorted(partial[g] if g < g0 else rows[g - g0], meds[g])
-                return v
-
             jstar = first_spike(det, x, A, R, off, first, cands, med_r, den, meds, mad,
                                  lambda: _row_bars(det, bm, n_rows))
     if cfg.early_max_fires and early_max > 0 and need < jstar:
@@ -229,6 +239,47 @@ def optimistic_pass(det: SpikeDetector, x: np.ndarray) -> PassOutcome:
     # (positional, in the fields' order: keywords cost a third of its construction)
     return PassOutcome(jstar, A[max(0, R + jstar - W):R + jstar], c0 + jstar, early_n,
                        new_early_max, baseline, e_hist, emax, blk_e)
+
+
+def warm_deviation(det: SpikeDetector, window: np.ndarray, med: float,
+                   mad: Callable[[], float]) -> float:
+    """The tail guard's start when a baseline becomes warm: the largest relative deviation,
+    either side, against the first baseline (median ``med``, MAD ``mad()``) of the points of the
+    newest half of its window (``window``: the accepted points in arrival order) that this
+    baseline accepts, recorded as the block that closes warm-up.
+
+    The newest half only: the median sits at the window's middle, so a level still moving
+    (a loss falling from its first steps, a grad norm settling) puts the older half far from
+    it, a deviation the guard never sees once warm (it measures each point against a median of
+    older points) and one that would blind it for a whole ``tail_window`` (on the bench, loss
+    spikes of 2x the median after ~1000 steps went unseen). The newest half holds what it does
+    see: the lag behind a moving level, and the noise's tail. The points this baseline flags
+    (``r1`` and the z threshold above the median; the jump test left out) are left out, as the
+    guard leaves out anomalous points: a spike in warm-up would blind it too.
+
+    The flagged points are the half's top ones (the tests are monotone in the point): nearly
+    always its largest point is accepted, and the MAD (``mad``, taken on demand) is needed only
+    when it reaches ``r1``. Every test and deviation is a point's own IEEE operations: the same
+    bits in every path."""
+    n = int(window.shape[0])
+    lo, hi = min_max(window[n - n // 2:], few=0)  # (dozens of values: reductions beat a list)
+    den = abs(med) or 1.0
+    r1 = det.r1
+    e_lo = abs((lo - med) / den)
+    e = (hi - med) / den
+    if e < r1:
+        return max(abs(e), e_lo)
+    sc, zt = det._scale(med, mad()), det.cfg.z_threshold
+    if (hi - med) / sc < zt:
+        return max(abs(e), e_lo)
+    # (rare: the half's top points are flagged) the largest accepted one, if any
+    half = window[n - n // 2:].tolist()
+    half.sort(reverse=True)
+    for v in half[1:]:
+        e = (v - med) / den
+        if e < r1 or (v - med) / sc < zt:  # accepted (then so is every lower point)
+            return max(abs(e), e_lo)
+    return 0.0
 
 
 def _sorted(a: np.ndarray) -> np.ndarray:
