@@ -78,22 +78,35 @@ class _SharedStream:
         self.blocks = EMPTY
 
 
-def shared_blocks(ctx: Context, frame: Frame, role: str, k: int, *, noise: bool = True) -> Blocks:
+def shared_blocks(ctx: Context, frame: Frame, role: str, k: int, *, noise: bool = True,
+                  nonzero: bool = False) -> Blocks:
     """The blocks of ``role`` completed in this frame, computed once for every rule that asks with
-    the same ``k`` and ``noise`` (the stream's state lives in the context and restarts with it at
-    a rewind). With ``noise=False`` the blocks carry no MAD or noise level (for rules that read
-    only the medians); else they are computed at their first read (a lazy :class:`BlockStream`):
-    the rules of a window read them at a few blocks or none in most frames (``overfit``,
-    ``grad_vanishing`` and ``lr_exhausted`` only where they may fire, ``plateau`` not in a frame
-    it puts off), and a push whose noise is read costs what an eager stream's does."""
-    key = (role, k, noise)
+    the same ``k``, ``noise`` and ``nonzero`` (the stream's state lives in the context and
+    restarts with it at a rewind). With ``noise=False`` the blocks carry no MAD or noise level
+    (for rules that read only the medians); else they are computed at their first read (a lazy
+    :class:`BlockStream`): the rules of a window read them at a few blocks or none in most frames
+    (``overfit``, ``grad_vanishing`` and ``lr_exhausted`` only where they may fire, ``plateau``
+    not in a frame it puts off), and a push whose noise is read costs what an eager stream's
+    does. With ``nonzero=True`` the blocks are made of the role's values other than exact zeros
+    (``divergence``: a zero-inflated loss's level is that of its non-zero values), the same
+    blocks as without it for a series that holds no zero."""
+    key = (role, k, noise, nonzero)
     shared = ctx.shared.get(key)
     if shared is None:
         shared = ctx.shared[key] = _SharedStream(BlockStream(k, noise=noise, lazy=noise))
     elif shared.frame is frame:
         return shared.blocks
     pts = frame.role(role)
-    b = shared.stream.push(pts.finite()) if pts is not None and len(pts) else EMPTY
+    if pts is None or not len(pts):
+        b = EMPTY
+    else:
+        pts = pts.finite()
+        v = pts.values
+        # (one count proves the usual frame, nothing 0: ~0.3 us on a live frame, once per frame
+        # for every rule of the stream)
+        if nonzero and np.count_nonzero(v) != v.shape[0]:
+            pts = pts.take(v != 0.0)
+        b = shared.stream.push(pts) if len(pts) else EMPTY
     shared.frame, shared.blocks = frame, b
     return b
 

@@ -3,7 +3,8 @@
 The loss is smoothed into block medians of ``window`` points (shared with other rules, see
 :func:`~trainwatch.rules.blocks.shared_blocks`); a block at least ``rise`` (or ``noise_factor``
 times the noise of a block median, for noisy losses) above the best one, for ``windows`` blocks in
-a row, is a warning; ``error_rise`` above the best, or past an absolute ``cap``, is an error at
+a row, is a warning; ``error_rise`` above the best (or that warning bar, without the wander
+below, when it is more: see :func:`_error_rise`), or past an absolute ``cap``, is an error at
 once. Runs of quiet blocks are taken in one vectorised step.
 
 The noise of a block median is the largest of three estimates: the standard error from the
@@ -25,8 +26,17 @@ A live frame completes one block of ``window`` points or none: its block's level
 picked on Python floats, and a block below the lower rise bar reads no MAD, noise or scatter (a
 sort of the jumps and the stream's rolling noise saved).
 
-A best level of exactly 0 (a zero-inflated loss, 0 on most steps) gives no relative rise: such a
-loss diverges past the absolute ``cap`` alone (see :func:`_scales` for why).
+The blocks are made of the loss's values other than exact zeros (``nonzero`` in
+:func:`~trainwatch.rules.blocks.shared_blocks`; a loss with no zero, the usual case, has the same
+blocks either way): a zero-inflated loss (exactly 0 on 30-85 % of steps: hinge, margin and triplet
+losses on easy batches, detection losses on batches with no positives) has block medians of 0
+where over half a block's points are zeros, near 0 (its lowest non-zero values) where just under
+half are, and at its non-zero level where fewer are: a "rise" of hundreds of % from a near-0 best
+on a healthy run (an error). Its level is that of its non-zero values, which diverge as any
+loss's do. A loss that turns into zeros altogether makes no block at all: no divergence (nothing
+rose: a loss or data bug, or learning switched off, and ``learning_stalled``'s story, a run of
+exact zeros); should it come back, its blocks go on from its last non-zero values, against the
+best before.
 """
 
 from __future__ import annotations
@@ -48,7 +58,7 @@ from trainwatch.rules.block_levels import (
     scatter_of,
 )
 from trainwatch.rules.block_wander import WanderSamples
-from trainwatch.rules.blocks import Blocks, LossBlockRule
+from trainwatch.rules.blocks import Blocks, LossBlockRule, shared_blocks
 from trainwatch.rules.models import DivergenceConfig
 from trainwatch.rules.stats import small_median
 
@@ -58,25 +68,22 @@ _MAD_SCALE = 1.4826
 def _scale(best: float, mad: float) -> float:
     """What the relative bars multiply: the best level, or the block's own spread when that is
     larger (a loss near 0, or crossing it, has no meaningful relative rise: at a best of 0 every
-    flat block was "up" and an error at once). A best of exactly 0 gives no relative rise at
-    all (infinite scale: only the cap is a bar), see :func:`_scales`."""
-    return max(abs(best), _MAD_SCALE * mad) if best else math.inf
+    flat block was "up" and an error at once).
+
+    (A best of exactly 0 needs no rule of its own: with the zeros out of the blocks, a block
+    median of 0 is two middle values of an even window that cancel, a loss crossing 0, whose
+    MAD is then positive and the scale.)"""
+    return max(abs(best), _MAD_SCALE * mad)
 
 
-def _scales(best: np.ndarray, mad: np.ndarray) -> np.ndarray:
-    """:func:`_scale` of each block, vectorised.
-
-    A best level of exactly 0 is a loss that is exactly 0 on most steps (hinge, margin and
-    triplet losses on easy batches, detection losses on batches with no positives): its block
-    medians sit at 0 while the share of zeros is above a half, and jump to the level of its
-    non-zero values whenever that share dips below it, a rise from 0 that any relative bar
-    calls infinite (an error at once on every such run), and the block's MAD, 0 or the size of
-    the jump, measures nothing either. Nothing relative to 0 tells a divergence from that, so
-    the least surprising rule is none: a loss at 0 rises past the absolute ``cap`` or not at
-    all (a loss with a positive best, the usual case, keeps every bar)."""
-    scale = np.maximum(np.abs(best), _MAD_SCALE * mad)
-    scale[best == 0.0] = math.inf
-    return scale
+def _error_rise(cfg: DivergenceConfig, rise: float) -> float:
+    """The error bar's rise, given the rise bar without the wander (``rise``): ``error_rise``, or
+    that bar when it is more. A loss whose batch noise puts its block medians ``error_rise``
+    above its luckiest low (a few hinge terms above their margin: an Exponential-like spread, a
+    block median's error ~30 %, as a zero-inflated loss's non-zero values) was "diverging" at once
+    on a healthy run, its error bar below its warning bar. (Not the wander: a rise told and
+    settled back raises it, and a blow-up after it put off its error by 19 blocks.)"""
+    return max(cfg.error_rise, rise)
 
 
 _FEW = 8
@@ -163,6 +170,14 @@ class DivergenceRule(LossBlockRule):
         around the same level is the same story, not a new divergence (it fired again and again
         before), and only real progress (``rise`` below the best at the alert) starts a new one."""
 
+    def update(self, frame: Frame) -> list[Hit]:
+        # (the loss's blocks without its exact zeros: see the module's docstring)
+        b = shared_blocks(self.ctx, frame, "loss", self.cfg.window, nonzero=True)
+        if not len(b):
+            return []
+        self._start_frame(b)
+        return self._drive(frame, b)
+
     def _start_frame(self, b: Blocks) -> None:
         # the levels, jumps, MADs and noise the frame's blocks read are pure functions of the
         # block medians, made when first read (a live frame of one block below the rise bars
@@ -245,8 +260,8 @@ class DivergenceRule(LossBlockRule):
         best = self.best
         capped = cfg.cap is not None and med > cfg.cap
         # below the best, or below the lower of the two bars times |best| (each bar is at least
-        # that: its rise at least cfg.rise, its scale at least |best|): neither up nor an error,
-        # and the MAD, noise and scatter are not read
+        # that: its rise at least cfg.rise or cfg.error_rise, its scale at least |best|): neither
+        # up nor an error, and the MAD, noise and scatter are not read
         if not capped and (med < best or not (
                 med > best and med >= best + self._lo * abs(best))):
             self.up = 0
@@ -261,7 +276,7 @@ class DivergenceRule(LossBlockRule):
         jumps = self._jl if self._jin is None else self._frame_jumps()
         rise = max(cfg.rise, cfg.noise_factor * max(noise, scatter_at_list(jumps, self._jump0 + i)))
         scale = _scale(best, mads[i])  # type: ignore[index]
-        err = capped or (med > best and med >= best + cfg.error_rise * scale)
+        err = capped or (med > best and med >= best + _error_rise(cfg, rise) * scale)
         if err or (med > best and med >= best + rise * scale):
             # the wander only raises the bar: read where the others pass (and where the rule
             # fires, whose re-arm bar is the rise)
@@ -310,16 +325,17 @@ class DivergenceRule(LossBlockRule):
             init = math.inf if self.best is None else self.best
             best = np.minimum.accumulate(np.concatenate(((init,), level)))[w:-1]
             # a block is bad at ``rise`` (at least cfg.rise: noise or scatter only raise it) or
-            # at ``error_rise`` above the best, times the scale (at least |best|: the MAD only
-            # raises it): the lower bar times |best| picks the candidates, and the exact bars
-            # (the MAD, noise and scatter read only here) are checked for them alone
+            # at ``error_rise`` (the rise bar only raises it) above the best, times the scale
+            # (at least |best|: the MAD only raises it): the lower bar times |best| picks the
+            # candidates, and the exact bars (the MAD, noise and scatter read only here) are
+            # checked for them alone
             lo = self._lo
             cand = med >= best + lo * np.abs(best)
             cand &= med > best
             if cfg.cap is not None:
                 cand |= med > cfg.cap
             if cand.any():
-                scale = _scales(best, b.mad[i + w:j])
+                scale = np.maximum(np.abs(best), _MAD_SCALE * b.mad[i + w:j])
                 cand &= med >= best + lo * scale
                 if cfg.cap is not None:
                     cand |= med > cfg.cap
@@ -361,7 +377,8 @@ class DivergenceRule(LossBlockRule):
         sc = scatter_of(np.array(jumps), g + self._jump0)
         rise = np.maximum(cfg.rise, cfg.noise_factor * np.maximum(b.noise[g], sc))
         m, bs, sl = med[cands], best[cands], scale[cands]
-        # (bad by the bars without the wander: a superset, each then checked with it)
+        # (bad by the rise bar without the wander or at ``error_rise``, the error bar's floor: a
+        # superset, each then checked with the exact bars)
         bad = (m > bs) & ((m >= bs + rise * sl) | (m >= bs + cfg.error_rise * sl))
         if cfg.cap is not None:
             bad |= m > cfg.cap
@@ -377,7 +394,7 @@ class DivergenceRule(LossBlockRule):
         """Whether block ``k`` of the frame, at ``x`` above the best, is up or an error by
         :meth:`_block`'s bars, given the bar without the wander (``rise``)."""
         cfg: DivergenceConfig = self.cfg
-        if x >= best + cfg.error_rise * scale:
+        if x >= best + _error_rise(cfg, rise) * scale:
             return True
         if x < best + rise * scale:
             return False

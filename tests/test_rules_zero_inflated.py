@@ -1,16 +1,17 @@
 """A zero-inflated loss: exactly 0 on a large share of steps, positive otherwise (hinge, margin and
 triplet losses on easy batches, detection losses on batches with no positives). Its zeros are no
-spike and no baseline (loss_spike, grad_explosion), a best block median of 0 gives no relative
-rise (divergence) and no "not improved by 1 % of 0" (plateau), and its runs of zeros are no bug
-(learning_stalled, with ``mixed_points`` set for such a loss; by default its first run of zeros
-is told once, naming that case) unless the loss held none just before. Each rule still fires on
-what it is for, and the engine says the same whole and fed in pieces.
+spike and no baseline (loss_spike, grad_explosion) and no part of the smoothed level whose rise
+is a divergence, a smoothed 0 is no "not improved by 1 % of 0" (plateau), and its runs of zeros
+are no bug (learning_stalled, with ``mixed_points`` set for such a loss; by default its first
+run of zeros is told once, naming that case) unless the loss held none just before. Each rule
+still fires on what it is for, and the engine says the same whole and fed in pieces.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -102,19 +103,60 @@ def test_a_zero_window_median_is_said_without_infinity() -> None:
 # ------------------------------------------------------------------------------ divergence
 
 
-def test_a_best_of_zero_gives_no_relative_rise() -> None:
-    # near half zeros: the block medians flip between 0 and the non-zero level
+def _divergence(loss: np.ndarray, chunk: int | None = None, overrides: dict | None = None
+                ) -> list[tuple]:
+    return [a for a in _alerts(_records(loss), chunk, overrides) if a[0] == "divergence"]
+
+
+def test_zeros_stay_out_of_the_smoothed_level() -> None:
+    # near half zeros: with them in, the block medians flipped between 0 (or the lowest non-zero
+    # values) and the non-zero level, a rise of hundreds of % from a near-0 best
     loss = _zero_inflated(4000, 0.5, seed=3)
-    assert [a for a in _alerts(_records(loss)) if a[0] == "divergence"] == []
+    assert _divergence(loss) == []
 
 
-def test_a_loss_at_zero_diverges_past_the_cap() -> None:
+def test_a_healthy_zero_inflated_run_does_not_diverge() -> None:
+    # the bench's run that "diverged": 1.4 at step 225, 462 % above its best (0.25 at step 125)
+    lines = _run_lines(zero_clean_run(0, n_steps=10000))
+    assert [a for a in _alerts(lines) if a[0] == "divergence"] == []
+
+
+@pytest.mark.parametrize("chunk", [None, 1, 7, 300])
+def test_a_zero_inflated_loss_diverges_by_its_non_zero_level(chunk: int | None) -> None:
+    # the zeros' share changes nothing: the non-zero values rise 30 % (a warning after 3
+    # windows of 25 of them), then double (an error at once); the same fed in pieces
+    loss = _zero_inflated(6000, 0.5, seed=10)
+    loss[3000:4500] *= 1.3
+    loss[4500:] *= 2.0
+    div = _divergence(loss, chunk)
+    assert [a[2] for a in div] == ["warning", "error"]
+    assert 3000 < div[0][1] <= 3000 + 5 * 2 * 25 and 4500 < div[1][1] <= 4500 + 2 * 2 * 25
+    best = float(re.search(r"above its best \(([0-9.]+) at step", div[0][3]).group(1))
+    assert 0.25 < best < 0.3  # (the non-zero level's luckiest low, not a near-0 block)
+
+
+def test_a_zero_inflated_loss_diverges_past_the_cap() -> None:
+    # (with the zeros in the blocks, a best of 0 made the cap its only bar: now the rise is
+    # also one by the relative bars; the cap, first, names it)
     loss = _zero_inflated(4000, 0.5, seed=3)
     loss[2500:] = 5.0 * (1 + 0.05 * np.random.default_rng(4).standard_normal(1500))
-    div = [a for a in _alerts(_records(loss), overrides={"divergence": {"cap": 1.0}})
-           if a[0] == "divergence"]
+    div = _divergence(loss, overrides={"divergence": {"cap": 1.0}})
     assert div and div[0][2] == "error" and 2500 < div[0][1] <= 2600
     assert "above the cap 1" in div[0][3]
+
+
+@pytest.mark.parametrize("chunk", [None, 1, 13])
+def test_a_loss_that_turns_into_zeros_does_not_diverge(chunk: int | None) -> None:
+    # zeros altogether make no block (learning_stalled tells them); a loss that comes back
+    # goes on against its best before: at its level, nothing; at twice it, an error
+    rng = np.random.default_rng(11)
+    level = 0.3 * (1 + 0.05 * rng.standard_normal(4000))
+    back = np.concatenate((level[:1500], np.zeros(1000), level[2500:]))
+    assert _divergence(back, chunk) == []
+    worse = back.copy()
+    worse[2500:] *= 2.0
+    div = _divergence(worse, chunk)
+    assert [a[2] for a in div] == ["error"] and 2500 < div[0][1] <= 2500 + 2 * 25
 
 
 def test_a_positive_best_keeps_its_relative_bars() -> None:
