@@ -8,6 +8,7 @@ guard's bar set by dips, and a zero median."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -46,6 +47,21 @@ def _state(d: SpikeDetector) -> tuple:
             (ep.active, ep.count, ep.quiet if ep.active else None, ep.escalated, ep.last_start), tail)
 
 
+def fed_alike(cfg: object, x: np.ndarray, seed: int) -> Iterator[tuple[slice, list, bool]]:
+    """Feed the detector and its point-by-point reference the same live frames of ``x``
+    (:func:`_frames`): for each, its slice, the detector's events, and whether the two agree on
+    events, flagged points and state."""
+    steps = np.arange(x.shape[0]) * 3
+    fast, ref = SpikeDetector(cfg), SpikeDetector(cfg, vectorized=False)  # type: ignore[arg-type]
+    lo = 0
+    for k in _frames(seed, x.shape[0]):
+        sl = slice(lo, lo + k)
+        got, want = fast.update(x[sl], steps[sl]), ref.update(x[sl], steps[sl])
+        yield sl, got[0], (got[0] == want[0] and got[1].tolist() == want[1].tolist()
+                           and _state(fast) == _state(ref))
+        lo += k
+
+
 def _frames(seed: int, n: int) -> list[int]:
     """Frame lengths as a live tail makes them: mostly a few to a few dozen points."""
     rng = np.random.default_rng(seed)
@@ -65,16 +81,9 @@ def test_quiet_frames_leave_the_reference_state(rule: str) -> None:
     quiet = 0
     for cfg in variants:
         for seed, x in enumerate((_early_then_faults(0), _dips_and_spikes(1, n=3000))):
-            steps = np.arange(x.shape[0]) * 3
-            fast, ref = SpikeDetector(cfg), SpikeDetector(cfg, vectorized=False)
-            lo = 0
-            for k in _frames(seed, x.shape[0]):
-                sl = slice(lo, lo + k)
-                got, want = fast.update(x[sl], steps[sl]), ref.update(x[sl], steps[sl])
-                assert got[0] == want[0] and got[1].tolist() == want[1].tolist(), (cfg, lo)
-                assert _state(fast) == _state(ref), (rule, cfg, seed, lo, k)
-                quiet += not got[0] and x[sl].shape[0] > 8
-                lo += k
+            for sl, events, alike in fed_alike(cfg, x, seed):
+                assert alike, (rule, cfg, seed, sl)
+                quiet += not events and x[sl].shape[0] > 8
     assert quiet > 300  # most frames took the quiet path
 
 

@@ -12,7 +12,7 @@ import dataclasses
 import numpy as np
 import pytest
 from test_rules_spike import _run
-from test_rules_spike_quiet import _frames, _state
+from test_rules_spike_quiet import fed_alike
 
 from trainwatch.rules import load_rules_config, spike_detector, spike_pass
 from trainwatch.rules.spike_detector import SpikeDetector
@@ -55,17 +55,9 @@ def _mismatches(rule: str) -> list[tuple]:
             for chunks in CHUNKS:
                 if _run(cfg, x, vectorized=True, chunks=chunks) != ref:
                     out.append((cfg, seed, chunks))
-            steps = np.arange(x.shape[0]) * 3
-            fast, slow = SpikeDetector(cfg), SpikeDetector(cfg, vectorized=False)
-            lo = 0
-            for k in _frames(seed, x.shape[0]):
-                sl = slice(lo, lo + k)
-                got, want = fast.update(x[sl], steps[sl]), slow.update(x[sl], steps[sl])
-                if (got[0] != want[0] or got[1].tolist() != want[1].tolist()
-                        or _state(fast) != _state(slow)):
-                    out.append((cfg, seed, "frames", lo))
-                    break
-                lo += k
+            parted = next((sl for sl, _ev, alike in fed_alike(cfg, x, seed) if not alike), None)
+            if parted is not None:
+                out.append((cfg, seed, "frames", parted.start))
     return out
 
 
