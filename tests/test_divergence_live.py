@@ -22,7 +22,7 @@ from trainwatch.rules.block_levels import block_jumps, block_levels, jump_list, 
 from trainwatch.rules.block_stream import Blocks
 from trainwatch.rules.block_wander import EVERY, HISTORY, wander
 from trainwatch.rules.check import feed_run
-from trainwatch.rules.divergence import DivergenceRule, _scale, scatter_at_list
+from trainwatch.rules.divergence import DivergenceRule, _error_rise, _scale, scatter_at_list
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -72,9 +72,11 @@ def _reference_block(rule: DivergenceRule, b: Blocks, i: int, med: float, jumps:
     rise = max(cfg.rise, cfg.noise_factor * max(short, wand))
     scale = _scale(best, float(b.mad[i]))
     up = med > best and med >= best + rise * scale
-    held[0] += med >= best + max(cfg.rise, cfg.noise_factor * short) * scale and not up
+    no_wander = max(cfg.rise, cfg.noise_factor * short)
+    held[0] += med >= best + no_wander * scale and not up
     capped = cfg.cap is not None and med > cfg.cap
-    err = capped or (med > best and med >= best + cfg.error_rise * scale)
+    # the error bar: error_rise, or the rise bar without the wander when that is more
+    err = capped or (med > best and med >= best + _error_rise(cfg, no_wander) * scale)
     if up or capped:
         rule.up += 1
         rule.quiet = 0
