@@ -67,7 +67,7 @@ class _ReadOnly:
 class Points(_ReadOnly):
     """The points of one series inside one frame, in record order."""
 
-    __slots__ = ("_finite", "name", "pos", "steps", "times", "values")
+    __slots__ = ("_finite", "_nonzero", "name", "pos", "steps", "times", "values")
     name: str
     steps: np.ndarray
     values: np.ndarray
@@ -85,6 +85,7 @@ class Points(_ReadOnly):
         _p_times(self, times)
         _p_pos(self, pos)
         _p_finite(self, None)
+        _p_nonzero(self, None)
 
     def __repr__(self) -> str:
         return f"Points({self.name!r}, {len(self)} points)"
@@ -108,6 +109,20 @@ class Points(_ReadOnly):
                 _p_finite(f, f)
         return f
 
+    def nonzero(self) -> Points:
+        """The points other than exact zeros (``self`` when none is), computed once per object:
+        a zero-inflated loss (a hinge, margin or detection loss, 0 on easy batches) has its level
+        in its other values (the spike rules and divergence read them; one count proves the
+        usual frame, nothing 0)."""
+        z = self._nonzero
+        if z is None:
+            v = self.values
+            z = self if np.count_nonzero(v) == v.shape[0] else self.take(v != 0.0)
+            _p_nonzero(self, z)
+            if z is not self:
+                _p_nonzero(z, z)
+        return z
+
     @property
     def all_finite(self) -> bool:
         return self.finite() is self
@@ -115,8 +130,9 @@ class Points(_ReadOnly):
 
 # the slots' own setters: a third cheaper than object.__setattr__ by name (a Points per series
 # per frame, and per rule's take())
-_p_name, _p_steps, _p_values, _p_times, _p_pos, _p_finite = (
-    getattr(Points, a).__set__ for a in ("name", "steps", "values", "times", "pos", "_finite"))
+_p_name, _p_steps, _p_values, _p_times, _p_pos, _p_finite, _p_nonzero = (
+    getattr(Points, a).__set__
+    for a in ("name", "steps", "values", "times", "pos", "_finite", "_nonzero"))
 
 class Frame(_ReadOnly):
     """One segment's part of a batch."""

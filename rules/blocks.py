@@ -100,12 +100,7 @@ def shared_blocks(ctx: Context, frame: Frame, role: str, k: int, *, noise: bool 
     if pts is None or not len(pts):
         b = EMPTY
     else:
-        pts = pts.finite()
-        v = pts.values
-        # (one count proves the usual frame, nothing 0: ~0.3 us on a live frame, once per frame
-        # for every rule of the stream)
-        if nonzero and np.count_nonzero(v) != v.shape[0]:
-            pts = pts.take(v != 0.0)
+        pts = pts.finite().nonzero() if nonzero else pts.finite()
         b = shared.stream.push(pts) if len(pts) else EMPTY
     shared.frame, shared.blocks = frame, b
     return b

@@ -100,3 +100,18 @@ def test_strided_rows_are_writable_copies_of_the_windows() -> None:
             if count:
                 got[0, 0] = 1e9  # a copy: the series is left as it was
                 assert arr[start] != 1e9
+
+
+def test_nonzero_points_are_the_points_other_than_exact_zeros_taken_once() -> None:
+    def pts(v: list[float]) -> Points:
+        n = len(v)
+        i = np.arange(n)
+        return Points("loss", i + 1, np.array(v), i.astype(float), i)
+
+    plain = pts([0.5, 1.0, -2.0])
+    assert plain.nonzero() is plain
+    p = pts([0.0, 0.5, -0.0, 1e-300, 0.0])
+    z = p.nonzero()
+    assert z.values.tolist() == [0.5, 1e-300] and z.pos.tolist() == [1, 3]
+    assert p.nonzero() is z and z.nonzero() is z
+    assert len(pts([0.0, -0.0]).nonzero()) == 0
