@@ -3,6 +3,12 @@
 A rule fires when its metric (a series name, or a role) has been above ``above`` (or below
 ``below``) for ``for_steps`` steps: from the first point of the run of violations to the current
 one, ``step - first + 1 >= for_steps``. It fires once per run of violations.
+
+A metric named by role follows the role: when the role moves to another series mid-run (a name
+ranked higher for it appears, perhaps at another scale), the count starts over on the new series
+instead of adding its steps to the old one's. The rule notices the change of series itself (the
+engine cuts a frame where a role moves, so one frame reads one series), which also keeps a
+metric named by a series counting when a role of the same name moves elsewhere.
 """
 
 from __future__ import annotations
@@ -40,6 +46,8 @@ class CustomRule(Rule):
         self.first: int | None = None
         """Step of the first point of the current run of violations."""
         self.fired = False
+        self.series: str | None = None
+        """Name of the series the count was built on (a role's series changes when it moves)."""
 
     def _points(self, frame: Frame) -> Any:
         name = self.cfg.metric
@@ -53,6 +61,8 @@ class CustomRule(Rule):
         pts = self._points(frame)
         if pts is None or not len(pts):
             return []
+        if pts.name != self.series:  # a role moved: its new series starts its own count
+            self.first, self.fired, self.series = None, False, pts.name
         f = pts.finite()
         v = f.values
         bad = np.zeros(v.shape[0], dtype=bool)

@@ -90,3 +90,43 @@ def test_check_exits_zero(tmp_path) -> None:
                          check=False, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "No problems found." in res.stdout
+
+
+# --------------------------------------------------------------------------- custom rules
+def _custom_alerts(old_high: range, new_high: range, metric: str, chunk: int | None) -> list[tuple]:
+    """A custom ``{metric} above 2 for 12 steps`` on a run whose loss moves from ``train_loss``
+    (1, or 3 on ``old_high``) to ``loss`` (0.5, or 8 on ``new_high``) at MOVE."""
+    lines: list[dict] = []
+    for s in range(1, MOVE + 200):
+        d: dict = {"step": s, "time": 1.7e9 + s, "train_loss": 3.0 if s in old_high else 1.0}
+        if s >= MOVE:
+            d["loss"] = 8.0 if s in new_high else 0.5
+        lines.append(d)
+    data = [json.dumps(x).encode() + b"\n" for x in lines]
+    chunk = chunk or len(data)
+    cfg = load_rules_config(overrides={"custom": [
+        {"id": "loss_high", "metric": metric, "above": 2, "for_steps": 12}]})
+    parser = JsonlParser("metrics.jsonl", clock=lambda: 0.0)
+    engine = RuleEngine(cfg, live=False)
+    for lo in range(0, len(data), chunk):
+        engine.feed(parser.parse(b"".join(data[lo:lo + chunk]), lo + 1))
+    return [(a.step, a.metric, a.message) for a in engine.alerts if a.rule == "loss_high"]
+
+
+@pytest.mark.parametrize("chunk", [None, 1, 13])
+def test_a_custom_rule_on_a_role_does_not_count_across_the_move(chunk: int | None) -> None:
+    # 10 steps above on train_loss, then 5 on loss: 15 in a row only by mixing the two series
+    assert _custom_alerts(range(MOVE - 10, MOVE), range(MOVE, MOVE + 5), "loss", chunk) == []
+
+
+@pytest.mark.parametrize("chunk", [None, 1, 13])
+def test_a_custom_rule_on_a_role_counts_the_new_series_from_the_move(chunk: int | None) -> None:
+    got = _custom_alerts(range(MOVE - 10, MOVE), range(MOVE, MOVE + 30), "loss", chunk)
+    assert got == [(MOVE + 11, "loss", f"loss is 8, above 2 since step {MOVE}.")]
+
+
+@pytest.mark.parametrize("chunk", [None, 13])
+def test_a_custom_rule_on_a_series_name_keeps_counting_across_the_move(chunk: int | None) -> None:
+    # ``train_loss`` named as such is the same series before and after the loss role moves
+    got = _custom_alerts(range(MOVE - 10, MOVE + 5), range(0), "train_loss", chunk)
+    assert got == [(MOVE + 1, "train_loss", f"train_loss is 3, above 2 since step {MOVE - 10}.")]
