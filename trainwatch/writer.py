@@ -21,47 +21,36 @@ Choices, and why:
   the file is reopened every few seconds (a fresh file gets the ``run_start`` record again). An
   unwritable run directory at construction is treated the same way: warn once, drop, retry
   (the bundled trainer checks writability up front; a plain script should not die for metrics).
-* **Values.** JSON numbers, strings, bools, null, lists and nested dicts as they are; numpy and
-  torch scalars (and 0-d / 1-element arrays and tensors) through ``.item()``, else ``float()``,
-  without importing either; anything else becomes its ``repr()`` (reported once). Non-finite
-  floats are written as bare ``NaN`` / ``Infinity`` / ``-Infinity`` (what ``json.dumps`` does).
+* **Values** (:mod:`trainwatch.record_encoder`): JSON as it is, numpy and torch scalars as
+  numbers without importing either, anything else as its ``repr()`` (reported once).
 * **config.yaml** is written with a small YAML emitter, not as JSON: JSON is valid YAML 1.2, but
   PyYAML reads YAML 1.1, where ``1e-05`` (how JSON writes a learning rate) is a *string*.
-* **Forgotten writers** are closed at exit with status ``"unknown"`` (exit code ``null``): at
-  ``atexit`` time the writer cannot tell a finished script from one that died of an exception.
-* **fork()**: in a forked child every inherited writer is dropped without writing (its pending
-  records belong to the parent; a ``run_end`` from the child would end the parent's run).
+* **Forgotten writers** are closed at exit, and a forked child drops the writers it inherited
+  (:mod:`trainwatch.open_writers`).
 """
 
 from __future__ import annotations
 
-import atexit
-import json
 import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from contextlib import suppress
+from collections.abc import Mapping
 from pathlib import Path, PurePath
 from types import TracebackType
 from typing import Any
 
 from trainwatch.appendfile import AppendFile, one_line, reason, say
-from trainwatch.plainvalues import (
-    NotANumber,
-    as_number,
+from trainwatch.open_writers import closed, opened
+from trainwatch.plainvalues import (  # (the unused four: importable from here, as they were)
+    NotANumber,  # noqa: F401
+    as_number,  # noqa: F401
     plain_config,
-    safe_repr,
-    sanitise,
+    safe_repr,  # noqa: F401
+    sanitise,  # noqa: F401
 )
+from trainwatch.record_encoder import RecordEncoder
 from trainwatch.yamlout import to_yaml
-
-try:  # the C encoder, built once per writer: ~0.5 us cheaper per record than json.dumps
-    from json.encoder import c_make_encoder as _c_make_encoder
-except ImportError:  # pragma: no cover - other Python implementations
-    _c_make_encoder = None
-_ascii = json.encoder.encode_basestring_ascii
 
 __all__ = ["RunWriter", "rank_filename", "to_yaml"]
 
@@ -86,10 +75,6 @@ def rank_filename(filename: str, rank: int | None) -> str:
 
 
 # ---------------------------------------------------------------------------- the writer
-_live: set[RunWriter] = set()
-"""Writers not closed yet (strong references: a forgotten writer is still closed at exit)."""
-
-
 class RunWriter:
     """Appends metric records and events of one run (one rank) to a JSONL file."""
 
@@ -112,8 +97,6 @@ class RunWriter:
         """Seconds between background writes; ``<= 0`` writes each record synchronously."""
         self.dropped = 0
         """Records lost to I/O errors (full disk, removed directory, ...)."""
-        self.coerced = 0
-        """Values written as their ``repr()`` because they were not JSON nor number-like."""
         self._lock = threading.Lock()  # guards _pending, _closed, dropped
         self._io_lock = threading.Lock()  # one writer of the file at a time, in order
         self._pending: list[str] = []  # encoded records, without their newline
@@ -121,7 +104,9 @@ class RunWriter:
         self._said: set[str] = set()
         self._file = AppendFile(self.path, min(max(4 * self.flush_interval, 0.2), 5.0),
                                 self._say_once, self._recovered)
-        self._enc = self._make_encoder()
+        self._encoder = RecordEncoder(self.path, self._say_once, self._count_dropped)
+        self._encode = self._encoder.encode
+        """The record's JSON line (no newline), or None (counted in ``dropped``, reported once)."""
         self._sync = self.flush_interval <= 0
         self._wake = threading.Event()
         self._stop = False
@@ -150,7 +135,7 @@ class RunWriter:
         header = self._file.header = self._encode(start)
         self._put(header)
         self._flush()  # the run is visible to a watcher as soon as the writer exists
-        _live.add(self)
+        opened(self)
         if self.flush_interval > 0:
             self._thread = threading.Thread(
                 target=self._run, name=f"trainwatch-writer:{self.path.name}", daemon=True
@@ -214,7 +199,7 @@ class RunWriter:
         self._flush()
         with self._io_lock:
             self._file.close()
-        _live.discard(self)
+        closed(self)
 
     def __enter__(self) -> RunWriter:  # noqa: PYI034 - Self needs Python 3.11
         return self
@@ -245,57 +230,12 @@ class RunWriter:
         state = self._closed or "open"
         return f"RunWriter({str(self.path)!r}, {state}, dropped={self.dropped})"
 
-    # ------------------------------------------------------------------ encoding
-    def _make_encoder(self) -> Callable[[Any, int], Sequence[str]]:
-        """``enc(record, 0)`` -> chunks of the record's JSON text (ASCII, NaN as ``NaN``)."""
-        if _c_make_encoder is not None:
-            # a private signature: checked on a known record, else the public encoder is used
-            with suppress(Exception):
-                # (markers, default, str encoder, indent, ":", ",", sort_keys, skipkeys, allow_nan)
-                # markers=None: no cycle check (a cycle raises RecursionError: the slow path)
-                c = _c_make_encoder(None, self._default, _ascii, None, ":", ",", False, False, True)
-                if "".join(c({"a": [1, 0.5]}, 0)) == '{"a":[1,0.5]}':
-                    return c
-        enc = json.JSONEncoder(default=self._default, separators=(",", ":"), check_circular=False)
-        return lambda rec, _level: (enc.encode(rec),)  # pragma: no cover
+    @property
+    def coerced(self) -> int:
+        """Values written as their ``repr()`` because they were not JSON nor number-like."""
+        return self._encoder.coerced
 
-    def _default(self, value: Any) -> Any:
-        """Called by the encoder for a value json cannot encode: a number-like, else repr()."""
-        try:
-            return as_number(value)
-        except NotANumber:
-            pass
-        self.coerced += 1
-        if self.coerced == 1:
-            self._say_once(
-                "repr",
-                f"trainwatch: a {type(value).__name__} value is neither a number nor JSON;"
-                f" written to {self.path} as its repr() string (log plain numbers instead;"
-                " later cases are not reported)",
-            )
-        return safe_repr(value)
-
-    def _encode(self, rec: dict[str, Any]) -> str | None:
-        """The record's JSON line (no newline), or None (counted, reported once)."""
-        try:
-            return "".join(self._enc(rec, 0))
-        except (TypeError, ValueError, RecursionError):
-            return self._encode_slow(rec)
-
-    def _encode_slow(self, rec: dict[str, Any]) -> str | None:
-        """Non-str keys or a cycle made the encoder fail: retry on a sanitised copy."""
-        try:
-            return "".join(self._enc(sanitise(rec), 0))
-        except Exception as e:  # noqa: BLE001 - a record is never worth a crash
-            with self._lock:
-                self.dropped += 1
-            self._say_once(
-                "encode",
-                f"trainwatch: a record for {self.path} could not be encoded"
-                f" ({reason(e)}); dropped",
-            )
-            return None
-
+    # ------------------------------------------------------------------ pending records
     def _put(self, line: str | None) -> None:
         if line is None:
             return
@@ -387,6 +327,10 @@ class RunWriter:
             except OSError:
                 pass
 
+    def _count_dropped(self) -> None:
+        with self._lock:
+            self.dropped += 1
+
     def _say_once(self, key: str, msg: str) -> None:
         if key not in self._said:
             self._said.add(key)
@@ -409,20 +353,3 @@ def _hostname() -> str:
         import socket
 
         return socket.gethostname()
-
-
-def _close_all_at_exit() -> None:
-    for w in list(_live):
-        with suppress(Exception):  # one broken writer must not stop the others' closing
-            w.close(status="unknown", exit_code=None)
-
-
-def _forget_in_child() -> None:
-    for w in list(_live):
-        w._abandon()
-    _live.clear()
-
-
-atexit.register(_close_all_at_exit)
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_in_child)
