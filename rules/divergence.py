@@ -4,8 +4,9 @@ The loss is smoothed into block medians of ``window`` points (shared with other 
 :func:`~trainwatch.rules.blocks.shared_blocks`); a block at least ``rise`` (or ``noise_factor``
 times the noise of a block median, for noisy losses) above the best one, for ``windows`` blocks in
 a row, is a warning; ``error_rise`` above the best (or that warning bar, without the wander
-below, when it is more: see :func:`_error_rise`), or past an absolute ``cap``, is an error at
-once. Runs of quiet blocks are taken in one vectorised step.
+below, when it is more: see :func:`~trainwatch.rules.divergence_bars.error_rise`), or past an
+absolute ``cap``, is an error at once. Runs of quiet blocks are taken in one vectorised step.
+What the alert says (causes, fixes, evidence) is :mod:`~trainwatch.rules.divergence_alert`'s.
 
 The noise of a block median is the largest of three estimates: the standard error from the
 block's own spread (:mod:`~trainwatch.rules.block_stream`), the scatter *between* consecutive
@@ -45,8 +46,7 @@ import math
 
 import numpy as np
 
-from trainwatch.rules.alert import Cause
-from trainwatch.rules.base import Context, Frame, Hit, fmt, pct, r6, rank_causes
+from trainwatch.rules.base import Context, Frame, Hit
 from trainwatch.rules.block_levels import (
     LEVEL_BLOCKS,
     SCATTER_BLOCKS,
@@ -59,55 +59,15 @@ from trainwatch.rules.block_levels import (
 )
 from trainwatch.rules.block_wander import WanderSamples
 from trainwatch.rules.blocks import Blocks, LossBlockRule, shared_blocks
+from trainwatch.rules.divergence_alert import divergence_hit
+from trainwatch.rules.divergence_bars import MAD_SCALE, bar_scale, error_rise
 from trainwatch.rules.models import DivergenceConfig
-from trainwatch.rules.stats import small_median
-
-_MAD_SCALE = 1.4826
-
-
-def _scale(best: float, mad: float) -> float:
-    """What the relative bars multiply: the best level, or the block's own spread when that is
-    larger (a loss near 0, or crossing it, has no meaningful relative rise: at a best of 0 every
-    flat block was "up" and an error at once).
-
-    (A best of exactly 0 needs no rule of its own: with the zeros out of the blocks, a block
-    median of 0 is two middle values of an even window that cancel, a loss crossing 0, whose
-    MAD is then positive and the scale.)"""
-    return max(abs(best), _MAD_SCALE * mad)
-
-
-def _error_rise(cfg: DivergenceConfig, rise: float) -> float:
-    """The error bar's rise, given the rise bar without the wander (``rise``): ``error_rise``, or
-    that bar when it is more. A loss whose batch noise puts its block medians ``error_rise``
-    above its luckiest low (a few hinge terms above their margin: an Exponential-like spread, a
-    block median's error ~30 %, as a zero-inflated loss's non-zero values) was "diverging" at once
-    on a healthy run, its error bar below its warning bar. (Not the wander: a rise told and
-    settled back raises it, and a blow-up after it put off its error by 19 blocks.)"""
-    return max(cfg.error_rise, rise)
-
 
 _FEW = 8
 """Candidate blocks of a vectorised step checked one by one first (a rise under way makes the
 first bad); the exact bars of the rest, if any, are computed in one go."""
 _PY_JUMPS = 32
 """Most blocks of a frame whose jumps are computed on Python floats (past it, in numpy)."""
-
-
-def _ranked_causes(lr_rose: bool, grad_grew: bool) -> tuple[Cause, ...]:
-    causes = [("the learning rate is too high for this phase of training", 0.6),
-              ("bad data: a corrupt shard or a shift in the data distribution", 0.3),
-              ("optimizer state lost or mismatched after a resume", 0.15)]
-    if lr_rose:
-        causes.append(("the LR rose recently (warm-up ending, a schedule restart)", 0.7))
-    if grad_grew:
-        causes.append(("updates are growing: the grad norm doubled meanwhile", 0.6))
-    return rank_causes(causes)
-
-
-_CAUSES = {(r, g): _ranked_causes(r, g) for r in (False, True) for g in (False, True)}
-"""divergence's causes, ranked once, by (the LR rose recently, the grad norm grew)."""
-_FIXES = ("Clip gradients: torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)",
-          "Check the data around where the rise began")
 
 
 class _FrameCols:
@@ -275,8 +235,8 @@ class DivergenceRule(LossBlockRule):
             noise = cols.noise[i]  # type: ignore[index]
         jumps = self._jl if self._jin is None else self._frame_jumps()
         rise = max(cfg.rise, cfg.noise_factor * max(noise, scatter_at_list(jumps, self._jump0 + i)))
-        scale = _scale(best, mads[i])  # type: ignore[index]
-        err = capped or (med > best and med >= best + _error_rise(cfg, rise) * scale)
+        scale = bar_scale(best, mads[i])  # type: ignore[index]
+        err = capped or (med > best and med >= best + error_rise(cfg, rise) * scale)
         if err or (med > best and med >= best + rise * scale):
             # the wander only raises the bar: read where the others pass (and where the rule
             # fires, whose re-arm bar is the rise)
@@ -335,7 +295,7 @@ class DivergenceRule(LossBlockRule):
             if cfg.cap is not None:
                 cand |= med > cfg.cap
             if cand.any():
-                scale = np.maximum(np.abs(best), _MAD_SCALE * b.mad[i + w:j])
+                scale = np.maximum(np.abs(best), MAD_SCALE * b.mad[i + w:j])
                 cand &= med >= best + lo * scale
                 if cfg.cap is not None:
                     cand |= med > cfg.cap
@@ -394,7 +354,7 @@ class DivergenceRule(LossBlockRule):
         """Whether block ``k`` of the frame, at ``x`` above the best, is up or an error by
         :meth:`_block`'s bars, given the bar without the wander (``rise``)."""
         cfg: DivergenceConfig = self.cfg
-        if x >= best + _error_rise(cfg, rise) * scale:
+        if x >= best + error_rise(cfg, rise) * scale:
             return True
         if x < best + rise * scale:
             return False
@@ -402,29 +362,5 @@ class DivergenceRule(LossBlockRule):
 
     def _fire(self, frame: Frame, b: Blocks, i: int, med: float, best: float, severity: str,
               capped: bool) -> Hit:
-        cfg: DivergenceConfig = self.cfg
-        pos, step = int(b.pos[i]), int(b.step[i])
-        rise = (med - best) / abs(best) if best else None
-        _s, lr_recent = self.ctx.recent("lr", pos, 2 * cfg.window)
-        lr = float(lr_recent[-1]) if lr_recent.shape[0] else None  # (= ctx.latest("lr", pos))
-        _g, gv = self.ctx.recent("grad_norm", pos, 4 * cfg.window)
-        lr_rose = lr_recent.shape[0] > 1 and lr_recent[-1] > lr_recent[0] * 1.05
-        grad_grew = False
-        if gv.shape[0] >= 8:
-            half = gv.shape[0] // 2
-            g = gv.tolist()  # (medians of ~100 Python floats: ~3x cheaper than numpy's sort)
-            grad_grew = small_median(g[half:]) > 2 * small_median(g[:half])
-        causes = _CAUSES[bool(lr_rose), bool(grad_grew)]
-        fixes = ((f"Rewind to a checkpoint near step {self.best_step} (best loss {fmt(best)}) "
-                  "and lower the LR 2-10x"), *_FIXES)
-        what = (f"above the cap {fmt(cfg.cap)}" if capped
-                else f"{pct(rise)} above its best" if rise is not None
-                else f"{fmt(med - best)} above its best")
-        message = (f"The smoothed loss is diverging: {fmt(med)} at step {step}, {what} "
-                   f"({fmt(best)} at step {self.best_step}).")
-        evidence = {"smoothed_loss": r6(med), "best": r6(best), "best_step": self.best_step,
-                    "rise": r6(rise) if rise is not None else None, "windows_up": self.up, "window_points": cfg.window,
-                    "lr": r6(lr) if lr is not None else None}
-        return self.alert(pos=pos, severity=severity, step=step, time=float(b.time[i]),
-                          metric=frame.roles.get("loss"), message=message, evidence=evidence,
-                          causes=causes, fixes=fixes)
+        """The alert at block ``i`` (see :mod:`~trainwatch.rules.divergence_alert`)."""
+        return divergence_hit(self, frame, b, i, med, best, severity, capped, self.up)

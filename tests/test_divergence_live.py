@@ -18,11 +18,18 @@ from bench.synthetic import fault_run
 from trainwatch.load import LoadedRun
 from trainwatch.rules import RuleEngine, load_rules_config
 from trainwatch.rules.base import Context
-from trainwatch.rules.block_levels import block_jumps, block_levels, jump_list, level_at
+from trainwatch.rules.block_levels import (
+    block_jumps,
+    block_levels,
+    jump_list,
+    level_at,
+    scatter_at_list,
+)
 from trainwatch.rules.block_stream import Blocks
 from trainwatch.rules.block_wander import EVERY, HISTORY, wander
 from trainwatch.rules.check import feed_run
-from trainwatch.rules.divergence import DivergenceRule, _error_rise, _scale, scatter_at_list
+from trainwatch.rules.divergence import DivergenceRule
+from trainwatch.rules.divergence_bars import bar_scale, error_rise
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -70,13 +77,13 @@ def _reference_block(rule: DivergenceRule, b: Blocks, i: int, med: float, jumps:
     short = max(float(b.noise[i]), scatter_at_list(jumps, rule._jump0 + i))
     wand = wander(seg[EVERY - 1::EVERY].tolist()[-HISTORY:])
     rise = max(cfg.rise, cfg.noise_factor * max(short, wand))
-    scale = _scale(best, float(b.mad[i]))
+    scale = bar_scale(best, float(b.mad[i]))
     up = med > best and med >= best + rise * scale
     no_wander = max(cfg.rise, cfg.noise_factor * short)
     held[0] += med >= best + no_wander * scale and not up
     capped = cfg.cap is not None and med > cfg.cap
     # the error bar: error_rise, or the rise bar without the wander when that is more
-    err = capped or (med > best and med >= best + _error_rise(cfg, no_wander) * scale)
+    err = capped or (med > best and med >= best + error_rise(cfg, no_wander) * scale)
     if up or capped:
         rule.up += 1
         rule.quiet = 0
