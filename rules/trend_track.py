@@ -27,7 +27,8 @@ windows then read what they would read in the file read whole. The reads take at
 ``cap`` points of a span (see :func:`~trainwatch.rules.growth.span_window`), so a series logged
 far more often than the other is held to ``cap`` points (plus the rest of the oldest frame, at
 most a push's ``cap`` and a frame: under ``2 * cap`` and a frame in all), not to the whole span.
-The reads over the held frames' arrays are :mod:`~trainwatch.rules.track_frames`'s.
+The reads over the held frames' arrays are :mod:`~trainwatch.rules.track_frames`'s, the held
+frames' ranges :mod:`~trainwatch.rules.track_ranges`'s.
 """
 
 from __future__ import annotations
@@ -39,8 +40,8 @@ import numpy as np
 
 from trainwatch.rules.base import Points
 from trainwatch.rules.growth import Pushed
-from trainwatch.rules.stats import min_max
-from trainwatch.rules.track_frames import exact_range, first_counted, held_step, split_range
+from trainwatch.rules.track_frames import exact_range, held_step
+from trainwatch.rules.track_ranges import HeldRanges
 
 _NO_INTS = np.empty(0, dtype=np.int64)
 _NO_FLOATS = np.empty(0)
@@ -108,23 +109,12 @@ class TrendTrack:
         self._arrs: deque[_Arrays] = deque()
         self._first: deque[int] = deque()
         self._n: deque[int] = deque()
-        self._lo: deque[float] = deque()
-        self._hi: deque[float] = deque()
+        self._ranges = HeldRanges()
         self._n_held = 0
         """Points in the held frames: those a window may read (the last ``keep``, and
         :attr:`read_by`'s reach) and the rest of the oldest frames. While it is more than
         ``keep``, the oldest frame's range may count points that no window reads (see
         :meth:`minmax_from`)."""
-        self._next: tuple[Points, float, float] | None = None
-        """The frame :meth:`minmax_from` looked at and its range, to be held next."""
-        self._wide: int | None = None
-        """When the oldest held frame's range counts points before its first (see
-        :meth:`_hold_as_one`): the count of the first it may count."""
-
-    def _range_of(self, pts: Points) -> tuple[float, float]:
-        nxt = self._next
-        self._next = None
-        return (nxt[1], nxt[2]) if nxt is not None and nxt[0] is pts else min_max(pts.values)
 
     def advance(self, pts: Points) -> None:
         """:meth:`push` when nothing will be evaluated: only the held points move on."""
@@ -135,9 +125,7 @@ class TrendTrack:
         self._first.append(self.count + 1)
         self._n.append(n)
         if self.ranged:
-            lo, hi = self._range_of(pts)
-            self._lo.append(lo)
-            self._hi.append(hi)
+            self._ranges.append(pts)
         self._n_held += n
         self.count += n
         ns = self._n
@@ -182,12 +170,10 @@ class TrendTrack:
         """Let go of the oldest frame held (``rest``: the points the others hold)."""
         self._n_held = rest
         self._n.popleft()
-        self._wide = None
         self._arrs.popleft()
         self._first.popleft()
         if self.ranged:
-            self._lo.popleft()
-            self._hi.popleft()
+            self._ranges.drop_oldest()
 
     def reach_step(self) -> float | None:
         """Step of the oldest point one of this series' windows can still hold: the
@@ -301,15 +287,7 @@ class TrendTrack:
                      np.concatenate((p, pts.pos)), np.concatenate((t, pts.times)), n_old, c0)
         first = c0 + 1 - n_old
         if self.ranged:
-            lo, hi = self._range_of(pts)
-            since = self._first[0] if self._wide is None else self._wide
-            if first - since <= self.keep:  # (see _hold_as_one)
-                lo, hi = min(lo, self._lo[0]), max(hi, self._hi[0])
-                self._wide = since if since < first else None
-            else:
-                lo, hi = min_max(out.values)
-                self._wide = None
-            self._lo[0], self._hi[0] = lo, hi
+            self._ranges.hold_as_one(pts, first, self._first[0], self.keep, out.values)
         self._arrs[0] = (out.steps, out.values, out.pos, out.times)
         self._first[0] = first
         self._n[0] = self._n_held = out.values.shape[0]
@@ -318,32 +296,17 @@ class TrendTrack:
 
     def _hold_as_one(self, pts: Points, out: Pushed) -> None:
         """Hold the pushed points (``pts`` the frame's) as one frame instead of the frames they
-        came from. Its range is the frames' (with ``pts``'): it may count points left out, as
-        far back as ``keep`` points before its first (then it is taken afresh, exactly)."""
+        came from (their ranges merged too: see :mod:`~trainwatch.rules.track_ranges`)."""
         n = out.values.shape[0]
         first = self.count + 1 - out.n_old
-        lo = hi = 0.0
-        wide = None
         if self.ranged:
-            lo, hi = self._range_of(pts)
-            since = first if not self._first else (
-                self._first[0] if self._wide is None else self._wide)
-            if not self._lo:
-                pass  # (nothing held before: the frame's own range)
-            elif first - since <= self.keep:
-                lo, hi = min(lo, min(self._lo)), max(hi, max(self._hi))
-                wide = since if since < first else None
-            else:
-                lo, hi = min_max(out.values)
-        for d in (self._arrs, self._first, self._n, self._lo, self._hi):
+            self._ranges.hold_as_one(pts, first, self._first[0] if self._first else None,
+                                     self.keep, out.values)
+        for d in (self._arrs, self._first, self._n):
             d.clear()
         self._arrs.append((out.steps, out.values, out.pos, out.times))
         self._first.append(first)
         self._n.append(n)
-        if self.ranged:
-            self._lo.append(lo)
-            self._hi.append(hi)
-        self._wide = wide
         self._n_held = n
         self.count += pts.values.shape[0]
 
@@ -363,30 +326,8 @@ class TrendTrack:
         """
         if not self.ranged:
             raise ValueError("minmax_from on a track made with ranged=False")
-        lo, hi = math.inf, -math.inf
-        n = pts.values.shape[0]
-        if n:
-            i = first_counted(pts.steps, n, self.count + 1, first_count, first_step)
-            if i == 0:
-                lo, hi = min_max(pts.values)
-                self._next = (pts, lo, hi)
-            elif i < n:
-                # (the frame's whole range too, for when it is held: one pass over it)
-                lo, hi, a, b = split_range(pts.values, i)
-                self._next = (pts, a, b)
-        if self._n_held:
-            since = self._first[0] if self._wide is None else self._wide
-            if since >= first_count:  # (every held point and range is past the warm-up)
-                lo, hi = min(lo, min(self._lo)), max(hi, max(self._hi))
-            else:
-                for j, ((st, v, _p, _t), c, a, b) in enumerate(
-                        zip(self._arrs, self._first, self._lo, self._hi)):
-                    i = first_counted(st, v.shape[0], c, first_count, first_step)
-                    if i or (j == 0 and self._wide is not None):  # (exact: see _wide)
-                        if i >= v.shape[0]:
-                            continue
-                        a, b = min_max(v[i:])
-                    lo, hi = min(lo, a), max(hi, b)
+        lo, hi = self._ranges.counted_range(pts, self.count, self._arrs, self._first,
+                                            first_count, first_step)
         if lo > hi:
             return None
         if self._n_held > self.keep and not lo > 0:
