@@ -24,10 +24,12 @@ from trainwatch.rules.check import count_steps, describe_alert, run_check
 from trainwatch.rules.run_summary import (
     LrSchedule,
     MetricSummary,
+    RoleMove,
     Series,
     classify_lr,
     collect_series,
     moving_average,
+    role_moves,
     summarize_metric,
 )
 from trainwatch.rules.stats import distinct, median
@@ -41,15 +43,16 @@ from trainwatch.rules.verdict import (
     judge,
     tail_trend,
 )
+from trainwatch.safe_text import one_line
 
 if TYPE_CHECKING:
     from trainwatch.load import LoadedRun
 
 __all__ = [
     "BARS", "FLAT", "SPARK_WIDTH", "STUCK_RULES", "TAIL", "UNSTABLE_RULES", "LrSchedule",
-    "MetricSummary", "Report", "Series", "Trend", "Verdict", "build_report", "classify_lr",
-    "collect_series", "format_report_json", "format_report_markdown", "judge", "moving_average",
-    "sparkline", "summarize_metric", "tail_trend",
+    "MetricSummary", "Report", "RoleMove", "Series", "Trend", "Verdict", "build_report",
+    "classify_lr", "collect_series", "format_report_json", "format_report_markdown", "judge", "moving_average",
+    "role_moves", "sparkline", "summarize_metric", "tail_trend",
 ]
 
 BARS = "▁▂▃▄▅▆▇█"
@@ -77,6 +80,10 @@ class Report:
     alerts: tuple[Alert, ...]
     verdict: Verdict
     sparklines: Mapping[str, str] = field(default_factory=dict)
+    role_moves: tuple[RoleMove, ...] = ()
+    """Roles that moved to another series mid-run, in order. The figures of a role are those of
+    the series the run ended on (a best across two series at different scales means nothing);
+    these say which earlier series they leave out."""
 
     def to_dict(self) -> dict[str, Any]:
         d = {k: v for k, v in asdict(self).items() if k not in ("alerts", "verdict")}
@@ -95,6 +102,7 @@ def build_report(run: LoadedRun, cfg: Any) -> Report:
     roles_table = getattr(cfg, "roles", None) or DEFAULT_ROLES
     series = collect_series(run.main)
     roles = roles_table.resolve(series)
+    moves = role_moves(run.main, roles_table)
     loss = series.get(roles["loss"]) if "loss" in roles else None
     val = series.get(roles["val_loss"]) if "val_loss" in roles else None
     lr = series.get(roles["lr"]) if "lr" in roles else None
@@ -142,7 +150,7 @@ def build_report(run: LoadedRun, cfg: Any) -> Report:
         steps=count_steps(run.main), first_step=first_step, last_step=last_step,
         duration_s=duration, throughput=throughput, throughput_unit=tp_unit,
         step_time_s=step_time, loss=loss_sum, val_loss=val_sum, lr=lr_sched, ended=ended,
-        alerts=result.alerts, verdict=verdict, sparklines=sparks,
+        alerts=result.alerts, verdict=verdict, sparklines=sparks, role_moves=moves,
     )
 
 
@@ -199,12 +207,16 @@ def format_report_markdown(report: Report) -> str:
         out.append(f"| duration | {fmt_duration(r.duration_s)} |")
     if r.throughput is not None:
         out.append(f"| throughput | {fmt_num(r.throughput)}{r.throughput_unit} |")
+        out += _moved_rows(r, "throughput")  # (none where it is counted in steps/s: no role)
     if r.step_time_s is not None:
         out.append(f"| step time | {fmt_duration(r.step_time_s)} (median) |")
+        out += _moved_rows(r, "step_time")
     if r.loss is not None:
-        out.append(f"| train loss ({r.loss.name}) | {_metric_line(r.loss)} |")
+        out.append(f"| train loss ({_cell(r.loss.name)}) | {_metric_line(r.loss)} |")
+        out += _moved_rows(r, "loss")
     if r.val_loss is not None:
-        out.append(f"| val loss ({r.val_loss.name}) | {_metric_line(r.val_loss)} |")
+        out.append(f"| val loss ({_cell(r.val_loss.name)}) | {_metric_line(r.val_loss)} |")
+        out += _moved_rows(r, "val_loss")
     if r.lr is not None:
         lr = r.lr
         warm = f", {fmt_count(lr.warmup_steps)} warmup steps" if lr.warmup_steps else ""
@@ -212,6 +224,7 @@ def format_report_markdown(report: Report) -> str:
             f"| learning rate | {lr.kind}{warm}: start {fmt_num(lr.start)}, peak {fmt_num(lr.peak)}"
             f" (step {lr.peak_step:,}), final {fmt_num(lr.final)} |"
         )
+        out += _moved_rows(r, "lr")
     if r.sparklines:
         out += ["", "## Curves", "", "```"]
         w = max(len(k) for k in r.sparklines)
@@ -227,7 +240,34 @@ def format_report_markdown(report: Report) -> str:
             out += ["", "```", *describe_alert(a, i), "```"]
     out += ["", "## Recommendations", ""]
     out += [f"{i}. {rec}" for i, rec in enumerate(r.verdict.recommendations, 1)]
-    return "\n".join(out)
+    # names, paths and console text come from the run's files: no escape reaches the terminal
+    return "\n".join(one_line(line) for line in out)
+
+
+_MOVED_LABEL = {"loss": "train loss", "val_loss": "val loss", "lr": "learning rate",
+                "throughput": "throughput", "step_time": "step time"}
+_MOVED_FIGURES = {"loss": "final, best and first are", "val_loss": "final, best and first are",
+                  "lr": "the schedule is", "throughput": "the median is",
+                  "step_time": "the median is"}
+
+
+def _moved_rows(r: Report, role: str) -> list[str]:
+    """A row under a role's figures when the role moved to another series mid-run: the figures
+    are of the last series alone, and the reader must know the earlier one is left out (a best
+    across both would compare values at different scales)."""
+    moves = [m for m in r.role_moves if m.role == role]
+    if not moves:
+        return []
+    path = f"moved from {moves[0].from_series} to {moves[0].to_series} at step {moves[0].step:,}"
+    path += "".join(f", then to {m.to_series} at step {m.step:,}" for m in moves[1:])
+    last = moves[-1].to_series
+    return [(f"| {_MOVED_LABEL[role]} series | {path}: {_MOVED_FIGURES[role]} of {last} alone"
+             " (the series may differ in scale) |")]
+
+
+def _cell(name: str) -> str:
+    """A metric name inside a Markdown table cell: a ``|`` in it would end the cell."""
+    return name.replace("|", "\\|")
 
 
 def _metric_line(m: MetricSummary) -> str:

@@ -1,4 +1,5 @@
-"""The series maths of a finished run: whole-run series, metric summaries, the LR schedule.
+"""The series maths of a finished run: whole-run series, metric summaries, the LR schedule,
+the roles that moved to another series mid-run.
 
 Small pure functions on numpy arrays, tested on their own; :mod:`trainwatch.rules.report` puts
 their results in the report and :mod:`trainwatch.rules.verdict` judges the run from them.
@@ -14,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from trainwatch.batch import RecordBatch
+from trainwatch.roles import ROLES, RoleTable
 from trainwatch.rules.stats import distinct
 
 
@@ -53,6 +55,47 @@ class LrSchedule:
     peak_step: int
     final: float
     warmup_steps: int
+
+
+@dataclass(frozen=True)
+class RoleMove:
+    """A role that went to another series mid-run: a name ranked higher for it appeared (a
+    script logging ``train_loss`` later also logs ``loss``), perhaps at another scale."""
+
+    role: str
+    from_series: str
+    to_series: str
+    step: int
+    """Step of the record the new series first has a point at (the rules start over there)."""
+
+
+def role_moves(batches: Iterable[RecordBatch], table: RoleTable) -> tuple[RoleMove, ...]:
+    """Where roles moved to another series, as the rule engine moves them: names count from the
+    record of their first point (those first at one record together), and a role goes to the
+    highest-ranked name seen so far. In record order, then in ``ROLES`` order at one record."""
+    firsts: dict[str, tuple[int, int]] = {}
+    """name -> (global record, step) of its first point."""
+    offset = 0
+    for b in batches:
+        for name, c in b.series.items():
+            if name not in firsts and c.rows.shape[0]:
+                firsts[name] = (offset + int(c.rows[0]), int(c.steps[0]))
+        offset += b.n_records
+    by_record: dict[tuple[int, int], list[str]] = {}
+    for name, at in firsts.items():
+        by_record.setdefault(at, []).append(name)
+    order = {role: i for i, role in enumerate(ROLES)}
+    moves: list[RoleMove] = []
+    seen: list[str] = []
+    roles: dict[str, str] = {}
+    for (_rec, step), names in sorted(by_record.items()):
+        seen += names
+        after = table.resolve(seen)
+        moved = [RoleMove(role, roles[role], name, step) for role, name in after.items()
+                 if role in roles and roles[role] != name]
+        moves += sorted(moved, key=lambda m: order.get(m.role, len(order)))
+        roles = after
+    return tuple(moves)
 
 
 def collect_series(batches: Iterable[RecordBatch]) -> dict[str, Series]:
