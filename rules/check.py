@@ -21,6 +21,7 @@ from trainwatch.batch import RecordBatch, iter_joined
 from trainwatch.humanize import fmt_count, fmt_duration, fmt_num
 from trainwatch.rules.alert import SEVERITY_RANK, Alert
 from trainwatch.rules.stats import distinct
+from trainwatch.safe_text import one_line
 
 if TYPE_CHECKING:
     from trainwatch.load import LoadedRun
@@ -38,6 +39,10 @@ class CheckResult:
     """Every alert, in step order (ties keep the engine's order)."""
     summary: Mapping[str, Any] = field(default_factory=dict)
     """``{"records": n, "steps": n, "by_severity": {"info": n, "warning": n, "error": n}}``."""
+    malformed: int = 0
+    """Lines of the main stream skipped as malformed (the rules saw the rest)."""
+    first_malformed: str | None = None
+    """The first of them as ``FILE:LINE: reason``, for the one line that tells a person."""
 
 
 def run_check(run: LoadedRun, cfg: Any, now: float | None = None) -> CheckResult:
@@ -51,7 +56,16 @@ def run_check(run: LoadedRun, cfg: Any, now: float | None = None) -> CheckResult
     engine = RuleEngine(cfg, live=False)
     feed_run(engine, run, now)
     alerts = sorted(engine.alerts, key=lambda a: a.step)  # sorted() is stable
-    return CheckResult(path=Path(run.path), alerts=tuple(alerts), summary=summarize(run, alerts))
+    bad = [(b.source, m) for b in run.main for m in b.malformed]
+    first_bad = None
+    if bad:
+        src, m = bad[0]
+        where = f"{src}:{m.line}" if m.line > 0 else src  # (binary formats give no line: 0)
+        first_bad = f"{where}: {m.reason.removesuffix('; line skipped')}"
+    return CheckResult(
+        path=Path(run.path), alerts=tuple(alerts), summary=summarize(run, alerts),
+        malformed=len(bad), first_malformed=first_bad,
+    )
 
 
 def feed_run(engine: Any, run: LoadedRun, now: float | None = None) -> None:
@@ -150,10 +164,18 @@ def format_check_text(result: CheckResult) -> str:
     s = result.summary
     by = s.get("by_severity", {})
     head = (
-        f"{result.path}: {fmt_count(s.get('records', 0))} records, "
+        f"{one_line(str(result.path))}: {fmt_count(s.get('records', 0))} records, "
         f"{fmt_count(s.get('steps', 0))} steps"
     )
+    n_bad = result.malformed
+    if n_bad:  # what was not read is said, with where to look (the alerts only saw the rest)
+        head += (
+            f"\n{n_bad} malformed line{'s' if n_bad != 1 else ''} skipped; the first, "
+            f"{one_line(str(result.first_malformed))} ('trainwatch inspect' lists them)"
+        )
     if not result.alerts:
+        if not s.get("records", 0):
+            return f"{head}\nNo metric records: nothing to check (is it the run's metrics file? see docs/format.md)."
         return f"{head}\nNo problems found."
     counts = ", ".join(
         f"{by.get(sev, 0)} {sev}" for sev in sorted(SEVERITY_RANK, key=SEVERITY_RANK.get, reverse=True)
@@ -161,7 +183,7 @@ def format_check_text(result: CheckResult) -> str:
     n = len(result.alerts)
     lines = [head, f"{n} alert{'s' if n != 1 else ''}: {counts}", ""]
     rows = [("SEVERITY", "STEP", "RULE", "MESSAGE")] + [
-        (a.severity, f"{a.step:,}", a.rule, a.message) for a in result.alerts
+        (a.severity, f"{a.step:,}", a.rule, one_line(a.message)) for a in result.alerts
     ]
     w = [max(len(r[i]) for r in rows) for i in range(3)]
     for r in rows:
@@ -173,7 +195,10 @@ def format_check_text(result: CheckResult) -> str:
 
 
 def describe_alert(a: Alert, index: int | None = None) -> list[str]:
-    """An alert's header line, then its evidence, causes and fixes, indented (no trailing blank)."""
+    """An alert's header line, then its evidence, causes and fixes, indented (no trailing blank).
+
+    Each entry is one printable line: names and console text from the run's files lose their
+    escape sequences and newlines (:func:`~trainwatch.safe_text.one_line`)."""
     where = f" · {a.metric}" if a.metric else ""
     num = f"[{index}] " if index is not None else ""
     out = [f"{num}{a.severity} · {a.rule} · step {a.step:,}{where}", f"    {a.message}"]
@@ -187,7 +212,7 @@ def describe_alert(a: Alert, index: int | None = None) -> list[str]:
     if a.fixes:
         out.append("    try:")
         out.extend(f"      - {f}" for f in a.fixes)
-    return out
+    return [one_line(line) for line in out]
 
 
 _DURATION_SUFFIXES = ("_s", "_sec", "_secs", "_seconds", "seconds")

@@ -64,12 +64,17 @@ def flatten(obj: Mapping[str, Any], prefix: str = "", out: dict[str, Any] | None
     return out
 
 
+MAX_STEP = 2**62
+"""Steps at or past this (either sign) count as absent: no run takes that many, and int64
+arrays hold steps (a cast of 1e20 would wrap to int64's minimum)."""
+
+
 def coerce_step(v: Any) -> int | None:
     """A record's own step, or None when it has none usable (then the record index is used)."""
     t = type(v)
     if t is int:
-        return v
-    if t is float and math.isfinite(v):
+        return v if -MAX_STEP < v < MAX_STEP else None
+    if t is float and -MAX_STEP < v < MAX_STEP:  # (False for NaN and inf)
         return int(v)
     return None
 
@@ -85,6 +90,13 @@ def _finite_or_nan(col: np.ndarray) -> np.ndarray:
     """``col`` with +-inf as NaN (a reserved key's "absent")."""
     inf = np.isinf(col)
     return np.where(inf, np.nan, col) if inf.any() else col
+
+
+def _step_or_nan(col: np.ndarray) -> np.ndarray:
+    """A step column truncated, with values :func:`coerce_step` refuses as NaN ("absent")."""
+    col = np.trunc(col)
+    bad = ~(np.abs(col) < MAX_STEP)  # NaN, inf and the out-of-range
+    return np.where(bad, np.nan, col) if bad.any() else col
 
 
 def coerce_time(v: Any) -> float | None:
@@ -230,7 +242,7 @@ class BatchBuilder:
         nan = np.full(n, np.nan)
         self._pos.append(pos.astype(np.int64, copy=False))
         self._line.append(lines.astype(np.int64, copy=False))
-        self._step.append(_finite_or_nan(np.trunc(columns["step"])) if "step" in columns else nan)
+        self._step.append(_step_or_nan(columns["step"]) if "step" in columns else nan)
         self._time.append(_finite_or_nan(columns["time"]) if "time" in columns else nan)
         self._is_event.append(np.zeros(n, dtype=bool))
         offset = self._n_records

@@ -8,12 +8,14 @@ without torch and never loads Textual.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from trainwatch import __version__
+from trainwatch.safe_text import one_line
 
 if TYPE_CHECKING:
     from trainwatch.load import LoadedRun
@@ -32,9 +34,10 @@ usage:
   trainwatch PATH [--poll S] [--rules FILE] [--once]   watch a run (the TUI)
   trainwatch demo [--run-dir DIR]                       train a small LSTM with a fault, and watch it
   trainwatch inspect PATH [--format text|json]          what a metrics file or run directory holds
-  trainwatch check PATH [--fail-on error|warning|info|never] [--format text|json]
+  trainwatch check PATH [--rules FILE] [--fail-on error|warning|info|never] [--format text|json]
                                                         run the diagnosis rules headless (CI, scripts)
-  trainwatch report PATH [--format markdown|json]       end-of-run summary with recommendations
+  trainwatch report PATH [--rules FILE] [--format markdown|json]
+                                                        end-of-run summary with recommendations
   trainwatch train CONFIG [--run-dir DIR] [--set k=v]   run the bundled PyTorch trainer
 
 examples:
@@ -63,7 +66,8 @@ def _parser(prog: str, description: str, example: str) -> _Parser:
 
 
 def _fail(message: str) -> int:
-    print(f"trainwatch: error: {message}", file=sys.stderr)
+    # the message may quote a path or a line from someone else's file: one printable line
+    print(f"trainwatch: error: {one_line(message)}", file=sys.stderr)
     return EXIT_USAGE
 
 
@@ -71,14 +75,50 @@ class _InputError(Exception):
     """Bad input a command cannot go on with; :func:`main` prints it as one line, exit 2."""
 
 
+def _emit(text: str, end: str = "\n") -> None:
+    """Print a command's output, or :class:`_InputError` when it cannot be written (a full disk
+    under ``> REPORT.md``): one line and exit 2, where a traceback exited 1, which ``check``'s
+    callers read as "an alert fired"."""
+    try:
+        sys.stdout.write(text + end)
+        sys.stdout.flush()  # a short output to a file is buffered: its error shows here or never
+    except BrokenPipeError:
+        raise  # `| head`: main handles it
+    except OSError as e:
+        # the unwritten buffer would fail again at exit, with a traceback: send it nowhere
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise _InputError(f"cannot write the output: {e.strerror or e}") from None
+
+
 def _load_rules(rules_file: Path | None) -> RulesConfig:
     """The rules config (packaged defaults under ``--rules``), or :class:`_InputError`."""
     from trainwatch.rules import ConfigError, load_rules_config
 
+    if rules_file is not None and rules_file.exists() and not (rules_file.is_file() or rules_file.is_dir()):
+        # a FIFO would block the loader's read for ever (a directory it reports itself)
+        raise _InputError(f"{rules_file}: not a regular file (give a YAML rules file)")
     try:
         return load_rules_config(rules_file)
     except ConfigError as e:
         raise _InputError(str(e)) from None
+
+
+def _warn_unwatched(cfg: RulesConfig, run: LoadedRun, rules_file: Path | None) -> None:
+    """One stderr line per custom rule whose metric is neither a series of the run nor a role
+    it resolves: a typo there watches nothing, and nothing else would say so."""
+    from trainwatch.roles import DEFAULT_ROLES
+
+    names = {n for b in run.main for n in b.series}
+    roles = (getattr(cfg, "roles", None) or DEFAULT_ROLES).resolve(names)
+    for c in cfg.custom:
+        if c.enabled and c.metric not in names and c.metric not in roles:
+            seen = ", ".join(sorted(names)[:8]) + (", ..." if len(names) > 8 else "")
+            print(
+                f"trainwatch: warning: {one_line(str(rules_file))}: custom rule {c.id!r} watches "
+                f"{one_line(repr(c.metric))}, which {one_line(str(run.path))} does not log "
+                f"(it logs: {one_line(seen) or 'nothing'})",
+                file=sys.stderr,
+            )
 
 
 def _load_run(path: Path) -> LoadedRun:
@@ -105,7 +145,7 @@ def cmd_inspect(argv: Sequence[str]) -> int:
     from trainwatch.inspect import format_json, format_text, summarize
 
     summary = summarize(_load_run(a.path))
-    print(format_json(summary) if a.format == "json" else format_text(summary))
+    _emit(format_json(summary) if a.format == "json" else format_text(summary))
     return EXIT_OK
 
 
@@ -125,8 +165,10 @@ def cmd_check(argv: Sequence[str]) -> int:
     from trainwatch.rules.check import exit_code, format_check_json, format_check_text, run_check
 
     cfg = _load_rules(a.rules)  # first: a bad --rules is reported before a long load
-    result = run_check(_load_run(a.path), cfg)
-    print(format_check_json(result) if a.format == "json" else format_check_text(result))
+    run = _load_run(a.path)
+    _warn_unwatched(cfg, run, a.rules)
+    result = run_check(run, cfg)
+    _emit(format_check_json(result) if a.format == "json" else format_check_text(result))
     return exit_code(result, a.fail_on)
 
 
@@ -145,8 +187,10 @@ def cmd_report(argv: Sequence[str]) -> int:
     from trainwatch.rules.report import build_report, format_report_json, format_report_markdown
 
     cfg = _load_rules(a.rules)
-    report = build_report(_load_run(a.path), cfg)
-    print(format_report_json(report) if a.format == "json" else format_report_markdown(report))
+    run = _load_run(a.path)
+    _warn_unwatched(cfg, run, a.rules)
+    report = build_report(run, cfg)
+    _emit(format_report_json(report) if a.format == "json" else format_report_markdown(report))
     return EXIT_OK
 
 
@@ -215,7 +259,7 @@ def cmd_watch(argv: Sequence[str], adopt: Path | None = None) -> int:
     if a.once:
         from trainwatch.tui.once import render_once
 
-        sys.stdout.write(render_once(config, width=a.width, height=a.height))
+        _emit(render_once(config, width=a.width, height=a.height), end="")
         return EXIT_OK
     app = make_app(config)
     if adopt is not None:
@@ -236,6 +280,8 @@ HANDLERS: dict[str, Callable[[Sequence[str]], int]] = {
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) > 1 and args[0] == "help" and args[1] in HANDLERS:  # `trainwatch help check`
+        args = [args[1], "--help"]
     if not args or args[0] in ("-h", "--help", "help"):
         print(TOP_HELP, end="")
         return EXIT_OK if args else EXIT_USAGE

@@ -99,6 +99,8 @@ def fmt_duration(seconds: float | None) -> str:
         h, rem = divmod(total, 3600)
         m = rem // 60
         return f"{sign}{h} h" + (f" {m:02d} min" if m else "")
+    if total >= 100_000 * 86400:  # a bogus timestamp's span: a few digits, not three hundred
+        return f"{sign}{fmt_num(s / 86400)} d"
     d, rem = divmod(total, 86400)
     h = rem // 3600
     return f"{sign}{d} d" + (f" {h} h" if h else "")

@@ -16,6 +16,8 @@ from trainwatch.batch import RecordBatch
 CONSOLE_NAMES = ("console.log", "stdout.log", "train.log", "output.log")
 MAX_CONSOLE_LINES = 200_000
 """Enough for every known error text; a runaway log is read from its end."""
+MAX_CONSOLE_BYTES = 32 << 20
+"""The most of a console log decoded: 200,000 lines of 160 bytes."""
 _RANK_FILE = re.compile(r"metrics\.rank(\d+)\.jsonl$")
 
 
@@ -60,14 +62,19 @@ def load_run(path: Path | str) -> LoadedRun:
         raise LoadError(f"{p}: no such file or directory (check the path)")
     if not os.access(p, os.R_OK):
         raise LoadError(f"{p}: permission denied (make it readable, e.g. chmod +r)")
+    if not p.is_dir() and not p.is_file():
+        # a FIFO or a device would block the read (or never end): say so instead of hanging
+        raise LoadError(f"{p}: not a regular file or directory (give a metrics file or run directory)")
     try:
         if p.is_dir():
             files = find_metric_files(p)
             if not files:
-                raise LoadError(
-                    f"{p}: no metrics file found (expected metrics.jsonl or a supported framework "
-                    "log; see docs/format.md)"
+                runs = _runs_below(p)
+                hint = (
+                    f"; it holds runs: give one, e.g. {runs[0]}" if runs else
+                    " (expected metrics.jsonl or a supported framework log; see docs/format.md)"
                 )
+                raise LoadError(f"{p}: no metrics file found{hint}")
         else:
             files = [p]
         run = LoadedRun(path=p, format="")
@@ -102,23 +109,64 @@ def load_run(path: Path | str) -> LoadedRun:
     except IsADirectoryError as e:
         raise LoadError(f"{e.filename or p}: is a directory, expected a file") from None
     except ValueError as e:  # unsupported format: the reader's message names the file
-        raise LoadError(str(e).splitlines()[0]) from None
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise LoadError(msg if msg.startswith(str(p)) else f"{p}: {msg}") from None
 
 
-def read_console(path: Path, limit: int = MAX_CONSOLE_LINES) -> tuple[list[str], int]:
+def _runs_below(folder: Path, most: int = 50) -> list[Path]:
+    """Run directories one level down (a folder of runs, which the TUI watches but the
+    one-run commands do not take), in name order; at most ``most`` children looked at."""
+    from trainwatch.formats.detect import find_metric_files
+
+    try:
+        children = sorted(c for c in folder.iterdir() if c.is_dir())[:most]
+    except OSError:
+        return []
+    out = []
+    for c in children:
+        try:
+            if find_metric_files(c):
+                out.append(c)
+        except OSError:
+            continue
+    return out
+
+
+def read_console(
+    path: Path, limit: int = MAX_CONSOLE_LINES, max_bytes: int = MAX_CONSOLE_BYTES
+) -> tuple[list[str], int]:
     """Console text as lines; tqdm's carriage-return redraws keep only their last state.
 
-    Returns (lines, number of the first returned line) so messages can cite line numbers.
+    Returns (lines, number of the first returned line) so messages can cite line numbers. Only
+    the last ``max_bytes`` are decoded (the whole lines among them): a runaway log of gigabytes
+    would otherwise be held in memory whole. The lines before are counted, not kept, so the
+    numbers stay those of the file.
     """
+    first = 1
     with path.open("rb") as f:
+        size = f.seek(0, os.SEEK_END)
+        start = max(0, size - max_bytes)
+        f.seek(0)
+        ends_line = True  # the skipped part ends with a newline: the tail starts a whole line
+        left = start
+        while left > 0:
+            chunk = f.read(min(left, 1 << 20))
+            if not chunk:
+                break
+            first += chunk.count(b"\n")
+            ends_line = chunk.endswith(b"\n")
+            left -= len(chunk)
         data = f.read()
+    if not ends_line:  # the tail begins inside a line: that piece is no line of its own
+        nl = data.find(b"\n")
+        data = data[nl + 1 :] if nl >= 0 else b""
+        first += 1
     text = data.decode("utf-8", errors="replace")
     lines = [_last_redraw(ln) for ln in text.split("\n")]
     if lines and lines[-1] == "":
         lines.pop()
-    first = 1
     if len(lines) > limit:
-        first = len(lines) - limit + 1
+        first += len(lines) - limit
         lines = lines[-limit:]
     return lines, first
 

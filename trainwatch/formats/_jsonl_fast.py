@@ -164,8 +164,8 @@ class FastSchema:
         if self._layout is None:
             try:
                 objs = self.one.decode_lines(arr)
-            except (msgspec.DecodeError, msgspec.ValidationError):
-                return None
+            except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
+                return None  # (UnicodeDecodeError: an unknown key that is not UTF-8)
             return self._columns_slow(objs) if len(objs) == n_lines else None
         dtype, item = self._layout
         mv = memoryview(arr)
@@ -179,8 +179,8 @@ class FastSchema:
                 self._encoder.encode_into(objs, packed, at)
                 del packed[at : len(packed) - len(objs) * item]
                 n += len(objs)
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            return None
+        except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
+            return None  # (UnicodeDecodeError: an unknown key that is not UTF-8)
         if n != n_lines or len(packed) != n * item:
             return None
         rows = np.frombuffer(packed, dtype=dtype, count=n)

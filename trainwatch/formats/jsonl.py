@@ -31,6 +31,7 @@ from trainwatch.formats._decode import (
 from trainwatch.formats._jsonl_fast import FastSchema
 
 MAX_FAST_FIELDS = 256
+UTF8_BOM = b"\xef\xbb\xbf"
 
 
 class JsonlParser:
@@ -77,6 +78,10 @@ class JsonlParser:
         """
         if reset:
             self.reset()
+        if first_line == 1 and bytes(data[:3]) == UTF8_BOM:
+            # Windows tools (PowerShell's Out-File, Notepad) start a file with one: it is not
+            # part of the first record, which would otherwise be lost as malformed
+            data = bytes(data[3:])
         builder = BatchBuilder(self.source, self.state, self.format, self.clock)
         if self._schema is None:
             self._learn_from_head(bytes(data[: 1 << 16]).split(b"\n"))
@@ -213,14 +218,15 @@ class JsonlParser:
                 raise msgspec.DecodeError("object count differs from line count")
             ok = idx
             rejected: list[int] = []
-        except (msgspec.DecodeError, msgspec.ValidationError):
+        except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
+            # (msgspec raises UnicodeDecodeError for an unknown key that is not UTF-8)
             objs, ok, rejected = [], [], []
             one = schema.one.decode
             for i in idx:
                 try:
                     objs.append(one(lines[i]))
                     ok.append(i)
-                except (msgspec.DecodeError, msgspec.ValidationError):
+                except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
                     rejected.append(i)
         if ok:
             lines_no = np.asarray(ok, dtype=np.int64) + first_line
