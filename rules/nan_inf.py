@@ -154,10 +154,18 @@ class NanInfRule(Rule):
             message = f"At step {step} {what} while the loss is finite (a skipped fp16 step?)."
         else:
             hint = " after the gradient norm blew up" if blowup else (
-                f" within the first {fmt(loss_before)} loss points" if early else "")
+                _early_hint(loss_before) if early else "")
             message = f"At step {step} {what}{hint}."
         return self.alert(pos=pos, severity=severity, step=step, time=time, metric=metric,
                           message=message, evidence=evidence, causes=causes, fixes=fixes)
+
+
+def _early_hint(loss_before: int) -> str:
+    """Where an early non-finite value came in the loss: its count of finite points before it
+    ("within the first 1 loss points" read as a typo)."""
+    if loss_before == 0:
+        return " before any finite loss point"
+    return f" after only {fmt(loss_before)} loss point{'s' if loss_before != 1 else ''}"
 
 
 _Rows = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]

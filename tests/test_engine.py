@@ -429,7 +429,7 @@ def test_a_role_moves_to_a_better_named_series_at_the_same_record_however_read()
 
     one_by_one = alerts(1, live=True)
     assert [(r, s) for r, s, _m, _t in one_by_one] == [("nan_inf", 350)]
-    assert "within the first" not in one_by_one[0][3]
+    assert "after only" not in one_by_one[0][3]
     assert alerts(7, live=True) == one_by_one
     assert alerts(len(lines), live=False) == one_by_one
 
