@@ -27,7 +27,7 @@ def test_plain_records_become_series_with_steps_and_times():
     (b,) = parse_all(b'{"step": 5, "time": 10.5, "loss": 1.5, "lr": 0.001}\n{"step": 6, "loss": 1.25}\n')
     assert b.n_records == 2
     assert b.steps.tolist() == [5, 6]
-    assert b.times.tolist() == [10.5, 1000.0]  # absent time -> arrival time (the clock)
+    assert b.times.tolist() == [10.5, 10.5]  # absent time -> the last record's own time
     assert b.series["loss"].values.tolist() == [1.5, 1.25]
     assert b.series["lr"].steps.tolist() == [5]
     assert "step" not in b.series and "time" not in b.series

@@ -477,14 +477,14 @@ def test_fields_follow_the_records_and_series_keep_their_order() -> None:
 
 
 def test_fast_reserved_keys_follow_the_generic_rules() -> None:
-    """A non-finite step or time is absent (record index, arrival time); a step is truncated."""
+    """A non-finite step or time is absent (record index; the last own time, here the first read's); a step is truncated."""
     p = JsonlParser("t", clock=lambda: 5.0)
     p.parse(b'{"step": 0, "time": 1.0, "loss": 1}\n')
     chunk = b'{"step": Infinity, "time": -Infinity, "loss": 2}\n{"step": -2.5, "time": NaN, "loss": 3}\n'
     assert p._schema is not None and p._schema.decode(chunk) is not None
     b = p.parse(chunk, first_line=2)
     assert b.steps.tolist() == [1, -2]
-    assert b.times.tolist() == [5.0, 5.0]
+    assert b.times.tolist() == [1.0, 1.0]
 
 
 def test_a_metric_on_every_record_shares_the_batch_arrays_read_only() -> None:

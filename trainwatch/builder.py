@@ -99,6 +99,26 @@ def _step_or_nan(col: np.ndarray) -> np.ndarray:
     return np.where(bad, np.nan, col) if bad.any() else col
 
 
+def fill_times(times: np.ndarray, carried: float | None, clock: Callable[[], float]) -> np.ndarray:
+    """Record times with the absent ones (NaN) filled: a record without a time of its own was
+    written after the last one that had one, so it takes that time (``carried``: from an earlier
+    read); one before any such record takes the first own time after it in this read, and only
+    where the stream has given none at all the time it is read (``clock``). Filling each with
+    the read time put "now" between a script's timed records (say, one timed record in ten): a
+    backfill saw an hour's silence before every timed record, a run's duration ran to now."""
+    absent = np.isnan(times)
+    own = np.flatnonzero(~absent)
+    if own.size == 0:
+        return np.full(times.shape[0], clock() if carried is None else carried)
+    last_own = np.where(absent, -1, np.arange(times.shape[0]))
+    np.maximum.accumulate(last_own, out=last_own)
+    filled = times[np.maximum(last_own, 0)]
+    head = int(own[0])  # records before the read's first own time
+    if head:
+        filled[:head] = times[head] if carried is None else carried
+    return filled
+
+
 def coerce_time(v: Any) -> float | None:
     t = type(v)
     if (t is float or t is int) and math.isfinite(v):
@@ -116,11 +136,14 @@ class StreamState:
     """Step of the last metric record, to detect rewinds."""
     segment: int = 0
     rank: int | None = None
+    last_time: float | None = None
+    """Time of the last record that gave its own (what a later record without one takes)."""
 
     def reset(self) -> None:
         self.next_record = 0
         self.last_step = None
         self.segment = 0
+        self.last_time = None
 
 
 class BatchBuilder:
@@ -302,7 +325,12 @@ class BatchBuilder:
 
         times = time_f
         if n and np.isnan(times).any():
-            times = np.where(np.isnan(times), self.clock(), times)
+            times = fill_times(times, st.last_time, self.clock)
+            own = time_f[~np.isnan(time_f)]
+            if own.size:
+                st.last_time = float(own[-1])
+        elif n:
+            st.last_time = float(times[-1])
 
         # segments: a metric record whose step is lower than the previous metric record's
         segments = np.full(n, st.segment, dtype=np.int32)
