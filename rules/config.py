@@ -10,6 +10,7 @@ Every problem is a :class:`ConfigError` with one line naming the file and the do
 from __future__ import annotations
 
 import re
+import string
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
@@ -41,8 +42,29 @@ class CustomRuleConfig:
     """Steps the condition must hold (1: fire at once)."""
     severity: str
     message: str | None
-    """One sentence; ``{metric}``, ``{value}``, ``{threshold}``, ``{step}`` are filled in."""
+    """One sentence; the fields of :data:`MESSAGE_FIELDS` (``{metric}``, ``{value}``...) are
+    filled in."""
     enabled: bool = True
+
+
+MESSAGE_FIELDS = {"metric": "loss", "value": "1.5", "threshold": "1", "step": 1, "since": 1,
+                  "for_steps": 1}
+"""The fields a custom rule's message may name (``rules.custom`` fills them), with sample values
+that the template is tried with when the file is read."""
+
+
+def _message_error(msg: str) -> str | None:
+    """Why a custom rule's message template would not render, or None. Checked when the file
+    is read: at alert time a bad template could only be printed raw, braces and all."""
+    try:
+        string.Formatter().vformat(msg, (), MESSAGE_FIELDS)
+    except KeyError as e:
+        return (f"unknown field {{{e.args[0]}}} (known: "
+                f"{', '.join('{' + k + '}' for k in MESSAGE_FIELDS)}; write {{{{ for a brace)")
+    except (ValueError, IndexError, AttributeError, TypeError) as e:
+        return (f"{e} ({{value}} and {{threshold}} come as text, formatted for people; "
+                f"write {{{{ and }}}} for literal braces)")
+    return None
 
 
 @dataclass(frozen=True)
@@ -191,6 +213,9 @@ def _custom(raw: Any, where: str, taken: set[str]) -> list[CustomRuleConfig]:
         msg = item.get("message")
         if msg is not None and not isinstance(msg, str):
             raise ConfigError(f"{where}: {key}.message: expected a string, got {msg!r:.40}")
+        why = _message_error(msg) if msg else None
+        if why:
+            raise ConfigError(f"{where}: {key}.message: {why}")
         taken.add(rid)
         out.append(CustomRuleConfig(
             id=rid, metric=metric, above=vals.get("above"), below=vals.get("below"),

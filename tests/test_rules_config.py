@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from importlib import resources
 from pathlib import Path
 
@@ -168,11 +169,17 @@ custom:
         ("{id: x, metric: loss, above: 1, for_steps: 0}", "custom[0].for_steps: expected an integer >= 1"),
         ("{id: x, metric: loss, above: 1, when: now}", "custom[0].when: unknown key"),
         ("{id: x, above: 1}", "custom[0].metric: expected a metric name"),
+        ("{id: x, metric: loss, above: 1, message: 'at {valu}'}",
+         "custom[0].message: unknown field {valu} (known: {metric}, {value}"),
+        ("{id: x, metric: loss, above: 1, message: 'at {value'}", "custom[0].message: "),
+        ("{id: x, metric: loss, above: 1, message: 'at {value:.2f}'}",
+         "custom[0].message: .*{value} and {threshold} come as text"),
     ],
 )
 def test_custom_rule_errors(tmp_path: Path, item: str, message: str) -> None:
     f = write(tmp_path, f"custom:\n  - {item}\n")
-    with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("]", r"\]")):
+    pattern = ".*".join(re.escape(part) for part in message.split(".*"))  # literal, but ".*"
+    with pytest.raises(ConfigError, match=pattern):
         load_rules_config(f)
 
 
@@ -189,3 +196,17 @@ def test_roles_extension(tmp_path: Path) -> None:
     assert cfg.roles.role_of("gn") == "grad_norm"
     assert cfg.roles.resolve(["loss", "my_objective"])["loss"] == "my_objective"
     assert cfg.extra_roles == {"loss": ("my_objective",), "grad_norm": ("gn",)}
+
+
+def test_every_message_field_the_config_allows_is_filled_in(tmp_path: Path) -> None:
+    """The fields the file is checked against are those the rule fills (one list of names)."""
+    from trainwatch.formats.jsonl import JsonlParser
+    from trainwatch.rules import RuleEngine
+    from trainwatch.rules.config import MESSAGE_FIELDS
+
+    template = " ".join(f"{k}={{{k}}}" for k in MESSAGE_FIELDS)
+    f = write(tmp_path, f"custom:\n  - {{id: x, metric: loss, above: 1, message: '{template}'}}\n")
+    engine = RuleEngine(load_rules_config(f), live=False)
+    engine.feed(JsonlParser("m.jsonl", clock=lambda: 0.0).parse(b'{"step": 3, "loss": 2.5}\n'))
+    (alert,) = [a for a in engine.alerts if a.rule == "x"]
+    assert alert.message == "metric=loss value=2.5 threshold=1 step=3 since=3 for_steps=1"
