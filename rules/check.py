@@ -154,6 +154,9 @@ def format_check_json(result: CheckResult) -> str:
             "records": int(summary.get("records", 0)),
             "steps": int(summary.get("steps", 0)),
             "by_severity": {s: int(by.get(s, 0)) for s in SEVERITY_RANK},
+            # (added: a script gating on check sees what the rules did not read)
+            "malformed": result.malformed,
+            "first_malformed": result.first_malformed,
         },
     }
     return json.dumps(doc, indent=2, allow_nan=False)

@@ -84,6 +84,10 @@ class Report:
     """Roles that moved to another series mid-run, in order. The figures of a role are those of
     the series the run ended on (a best across two series at different scales means nothing);
     these say which earlier series they leave out."""
+    malformed: int = 0
+    """Lines of the main stream skipped as malformed: the figures are of the rest."""
+    first_malformed: str | None = None
+    """The first of them as ``FILE:LINE: reason``."""
 
     def to_dict(self) -> dict[str, Any]:
         d = {k: v for k, v in asdict(self).items() if k not in ("alerts", "verdict")}
@@ -151,6 +155,7 @@ def build_report(run: LoadedRun, cfg: Any) -> Report:
         duration_s=duration, throughput=throughput, throughput_unit=tp_unit,
         step_time_s=step_time, loss=loss_sum, val_loss=val_sum, lr=lr_sched, ended=ended,
         alerts=result.alerts, verdict=verdict, sparklines=sparks, role_moves=moves,
+        malformed=result.malformed, first_malformed=result.first_malformed,
     )
 
 
@@ -199,6 +204,9 @@ def format_report_markdown(report: Report) -> str:
     if r.first_step is not None and r.last_step is not None:
         steps += f", step {r.first_step:,} to {r.last_step:,}"
     out.append(f"| steps | {steps} |")
+    if r.malformed:  # the figures below are of the rest: a person must know what was left out
+        out.append(f"| malformed lines | {fmt_count(r.malformed)} skipped; the first, "
+                   f"{_cell(str(r.first_malformed))} ('trainwatch inspect' lists them) |")
     if r.ended:
         out.append("| status | finished (run_end seen) |")
     elif r.format == "jsonl":  # other formats have no end marker to miss

@@ -90,7 +90,8 @@ def test_json_has_exactly_the_documented_shape() -> None:
     assert list(doc) == ["path", "alerts", "summary"]
     assert doc["path"] == "runs/exp1"
     assert doc["summary"] == {"records": 12345, "steps": 10000,
-                              "by_severity": {"info": 0, "warning": 1, "error": 1}}
+                              "by_severity": {"info": 0, "warning": 1, "error": 1},
+                              "malformed": 0, "first_malformed": None}
     assert doc["alerts"][0] == json.loads(json.dumps(a.to_dict()))
     assert doc["alerts"][0]["evidence"] == {"value": None, "median": 2.5, "inf": None}
     assert [x["step"] for x in doc["alerts"]] == [1200, 1500]

@@ -197,6 +197,19 @@ def test_check_says_which_lines_it_skipped(tmp_path):
     assert r.returncode == 0, r.stderr
     assert f"2 malformed lines skipped; the first, {p}:4: not valid JSON" in r.stdout
     assert "trainwatch inspect" in r.stdout
+    summary = json.loads(tw("check", str(p), "--format", "json").stdout)["summary"]
+    assert summary["malformed"] == 2 and summary["first_malformed"].startswith(f"{p}:4: ")
+
+
+def test_report_says_which_lines_it_skipped(tmp_path):
+    # the report's figures are of the lines it could read: it says what it left out, as check does
+    p = tmp_path / "m.jsonl"
+    p.write_bytes(_lines(3) + b"garbage\n" + _lines(2))
+    r = tw("report", str(p))
+    assert r.returncode == 0, r.stderr
+    assert f"| malformed lines | 1 skipped; the first, {p}:4: not valid JSON" in r.stdout
+    d = json.loads(tw("report", str(p), "--format", "json").stdout)
+    assert d["malformed"] == 1 and d["first_malformed"].startswith(f"{p}:4: not valid JSON")
 
 
 def test_check_on_a_file_without_records_does_not_say_all_is_well(tmp_path):
@@ -267,3 +280,15 @@ def test_a_custom_rule_on_a_metric_the_run_never_logged_is_named(tmp_path):
     assert r.returncode == 0, r.stderr
     assert r.stderr.count("\n") == 1, r.stderr  # only the typo, not the rule given by role
     assert "loss_high" in r.stderr and "'los'" in r.stderr and "loss" in r.stderr.split("'los'")[1]
+
+
+def test_inspect_names_a_non_finite_last_value_as_it_was(tmp_path):
+    # the text view printed "nan" for a last value of +inf (strict JSON has null for both)
+    p = tmp_path / "m.jsonl"
+    p.write_bytes(b'{"step": 1, "big": 1e309, "n": NaN, "m": -Infinity, "ok": 1}\n')
+    rows = {line.split()[0]: line.split() for line in tw("inspect", str(p)).stdout.splitlines()
+            if line[:3] in ("big", "n  ", "m  ", "ok ")}
+    assert [rows[k][-3] for k in ("big", "n", "m", "ok")] == ["inf", "nan", "-inf", "1"]
+    metrics = json.loads(tw("inspect", str(p), "--format", "json").stdout)["metrics"]
+    assert {k: (v["last"], v["last_nonfinite"]) for k, v in metrics.items()} == {
+        "big": (None, "inf"), "n": (None, "nan"), "m": (None, "-inf"), "ok": (1.0, None)}

@@ -9,6 +9,7 @@ from typing import Any
 from trainwatch.humanize import fmt_count, fmt_num
 from trainwatch.load import LoadedRun
 from trainwatch.roles import DEFAULT_ROLES, RoleTable
+from trainwatch.safe_text import one_line
 from trainwatch.store import SeriesStore
 
 MAX_LISTED_MALFORMED = 10
@@ -41,6 +42,7 @@ def summarize(run: LoadedRun, roles: RoleTable = DEFAULT_ROLES) -> dict[str, Any
             "first_step": s.first_step,
             "last_step": s.last_step,
             "last": _finite(s.last),
+            "last_nonfinite": _nonfinite_name(s.last),
             "min": _finite(s.min),
             "max": _finite(s.max),
         }
@@ -63,13 +65,21 @@ def _finite(x: float | None) -> float | None:
     return x if x is not None and math.isfinite(x) else None
 
 
+def _nonfinite_name(x: float | None) -> str | None:
+    """What a non-finite last value was (``last`` is null in strict JSON): "nan", "inf",
+    "-inf"; None for a finite or absent one."""
+    if x is None or math.isfinite(x):
+        return None
+    return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
+
+
 def format_json(summary: dict[str, Any]) -> str:
     return json.dumps(summary, indent=2, allow_nan=False)
 
 
 def format_text(summary: dict[str, Any]) -> str:
     lines = [
-        f"{summary['path']}  ({summary['format']})",
+        f"{one_line(summary['path'])}  ({summary['format']})",
         f"records {fmt_count(summary['records'])}   segments {summary['segments']}   "
         f"malformed {summary['malformed']}"
         + (f" (lines {', '.join(map(str, summary['malformed_lines']))}"
@@ -84,24 +94,19 @@ def format_text(summary: dict[str, Any]) -> str:
     if not metrics:
         lines.append("no metrics")
         return "\n".join(lines)
-    width = min(40, max(len(_printable(n)) for n in metrics))
+    width = min(40, max(len(one_line(n)) for n in metrics))
     head = f"{'metric':<{width}}  {'role':<10} {'points':>8} {'non-fin':>7} {'steps':>17}  " \
            f"{'last':>9} {'min':>9} {'max':>9}"
     lines += ["", head, "-" * len(head)]
     for name, m in metrics.items():
         steps = f"{m['first_step']}..{m['last_step']}" if m["count"] else "-"
         lines.append(
-            f"{_printable(name)[:width]:<{width}}  {m['role'] or '':<10} {fmt_count(m['count']):>8} "
-            f"{m['nonfinite']:>7} {steps:>17}  {_cell(m['last'], m['nonfinite'])} "
+            f"{one_line(name)[:width]:<{width}}  {m['role'] or '':<10} {fmt_count(m['count']):>8} "
+            f"{m['nonfinite']:>7} {steps:>17}  {_cell(m['last'], m.get('last_nonfinite'))} "
             f"{_cell(m['min'])} {_cell(m['max'])}"
         )
     return "\n".join(lines)
 
 
-def _cell(x: float | None, nonfinite: int = 0) -> str:
-    return f"{fmt_num(x) if x is not None else ('nan' if nonfinite else '-'):>9}"
-
-
-def _printable(name: str) -> str:
-    """Metric names come from someone else's file: never let control characters reach a terminal."""
-    return "".join(ch if ch.isprintable() else "?" for ch in name)
+def _cell(x: float | None, nonfinite: str | None = None) -> str:
+    return f"{fmt_num(x) if x is not None else (nonfinite or '-'):>9}"
