@@ -36,6 +36,8 @@ def test_every_command_help_has_an_example(cmd):
     assert r.returncode == 0, r.stderr
     assert re.search(r"examples?:", r.stdout), r.stdout
     assert "trainwatch" in re.split(r"examples?:", r.stdout)[1]
+    # each example is written as the command it documents (train's had read python -m ...)
+    assert f"trainwatch {cmd} " in re.split(r"examples?:", r.stdout)[1] or cmd == "watch"
 
 
 def test_inspect_json_on_the_shipped_sample():

@@ -21,10 +21,10 @@ EXIT_USAGE = 2
 
 EPILOG = """\
 examples:
-  python -m trainwatch.trainer lstm_freq --run-dir runs/lstm
-  python -m trainwatch.trainer mlp --set train.lr=3e-4 train.steps=500
-  python -m trainwatch.trainer faults/lr_spike --set fault.step=100 fault.factor=50
-  python -m trainwatch.trainer --resume --run-dir runs/lstm      # continue from its checkpoint
+  {prog} lstm_freq --run-dir runs/lstm
+  {prog} mlp --set train.lr=3e-4 train.steps=500
+  {prog} faults/lr_spike --set fault.step=100 fault.factor=50
+  {prog} --resume --run-dir runs/lstm      # continue from its checkpoint
   torchrun --nproc_per_node=2 -m trainwatch.trainer mlp --run-dir runs/ddp
 
 CONFIG is a YAML path or a packaged config name (--list shows them). Without --run-dir the run
@@ -33,11 +33,12 @@ goes to $TRAINWATCH_RUN_DIR, else ./runs/NAME-YYYYmmdd-HHMMSS.
 
 
 def parse_args(argv: Sequence[str] | None, prog: str | None = None) -> argparse.Namespace:
+    prog = prog or "python -m trainwatch.trainer"  # (`trainwatch train` passes its own)
     p = argparse.ArgumentParser(
-        prog=prog or "python -m trainwatch.trainer",
+        prog=prog,
         description="Train a bundled model (lstm_freq, tiny_gpt, mlp), logging every step to "
         "RUN_DIR/metrics.jsonl for trainwatch; faults can be switched on to see the rules fire.",
-        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=EPILOG.format(prog=prog), formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("config", nargs="?", help="config file or packaged name, e.g. lstm_freq")
     p.add_argument("--run-dir", type=Path, help="where metrics, checkpoints and logs go")
