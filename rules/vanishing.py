@@ -1,5 +1,16 @@
 """``grad_vanishing``: the grad norm has fallen near zero relative to its history while the loss
-is not improving (a converged model has small gradients too, but its loss got there)."""
+is not improving (a converged model has small gradients too, but its loss got there).
+
+A zero-inflated loss (exactly 0 on easy batches: hinge, margin and triplet losses, detection
+losses on batches with no positives) is read by its non-zero values: "not improving" compares
+the block medians of those (``nonzero`` in :func:`~trainwatch.rules.blocks.shared_blocks`), and
+the grad norm leaves out its zeros at records where the loss is exactly 0
+(:func:`grads_off_zero_loss`: such a batch has no gradient, and a grad norm of 0 there is no
+vanishing). With the zeros in, a loss 0 on over half its steps had window medians of 0, read as
+"not stuck", and a gradient that really vanished under it was never told (4 of 4 seeds at 60 %
+and 75 % zeros). A loss with no exact zero, the usual case, has the same blocks and grad points
+either way.
+"""
 
 from __future__ import annotations
 
@@ -53,9 +64,11 @@ class GradVanishingRule(Rule):
         self.active = False
 
     def update(self, frame: Frame) -> list[Hit]:
-        lb = shared_blocks(self.ctx, frame, "loss", self.cfg.window)
+        lb = shared_blocks(self.ctx, frame, "loss", self.cfg.window, nonzero=True)
         g = frame.role("grad_norm")
         f = g.finite() if g is not None and len(g) else None
+        if f is not None and len(f):
+            f = grads_off_zero_loss(f, frame.role("loss"))
         if f is None or not len(f) or (self.fast and self._put_off(f)):
             self._add_loss(lb, 0, len(lb))
             return []
@@ -204,11 +217,9 @@ class GradVanishingRule(Rule):
         if self._new_loss:
             self._fold_loss()
         lh = self.loss_hist
-        # (a loss level of exactly 0 at either end is not "stuck": a zero-inflated loss, 0 on
-        # most steps, has a gradient of 0 wherever it is 0, so its grad norm's median is 0 with
-        # its own, and its levels jump between 0 and the non-zero values' by more than any bar;
-        # a loss at 0 got there (a zero-loss bug is learning_stalled's), a detached loss is
-        # stuck at a level above 0)
+        # (a loss level of exactly 0 at either end is not "stuck": with the exact zeros out of
+        # the blocks, a median of 0 is two middle values that cancel, a loss crossing 0 that got
+        # there; a zero-loss bug is learning_stalled's, a detached loss is stuck above 0)
         stuck = (len(lh) == lh.maxlen and lh[0] != 0.0 and lh[-1] != 0.0
                  and lh[-1] > lh[0] - self.delta * abs(lh[0]))
         low = med <= cfg.ratio * self.peak or med <= cfg.abs_floor
@@ -259,6 +270,22 @@ _MAX_LATER = 1 << 16
 _JOIN_LATER = 64
 """Frames put off kept apart at most: past it they are joined into one (a live watch of
 one-record frames would otherwise hold ~0.7 KB of objects per point: ~45 MB at _MAX_LATER)."""
+
+
+def grads_off_zero_loss(grad: Points, loss: Points | None) -> Points:
+    """The grad norm's points other than the zeros of records where the loss is exactly 0
+    (``grad`` itself when there are none: the usual frame, whose loss has no zero, is proved by
+    the count the loss's :meth:`~trainwatch.rules.base.Points.nonzero` makes once for every
+    rule). A batch whose loss is 0 has no gradient: its grad norm of 0 says nothing of vanishing
+    (a grad norm that is not 0 there, weight decay's say, still counts)."""
+    if loss is None or loss.nonzero() is loss or grad.nonzero() is grad:
+        return grad
+    zpos = loss.pos[loss.values == 0.0]
+    # (both in record order: a grad point is left out where it is 0 and its record one of zpos)
+    at = zpos.searchsorted(grad.pos)
+    at[at == zpos.shape[0]] = 0
+    keep = (zpos[at] != grad.pos) | (grad.values != 0.0)
+    return grad if keep.all() else grad.take(keep)
 
 
 def _joined(frames: list[Points]) -> Points:
