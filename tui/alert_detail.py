@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from rich.table import Table
@@ -29,7 +30,16 @@ def _value(v: Any) -> str:
     if isinstance(v, (list, tuple)):
         items = [_value(x) for x in list(v)[:8]]
         return "[" + ", ".join(items) + (", …" if len(v) > 8 else "") + "]"
+    if isinstance(v, Mapping):  # e.g. nan_inf's {"loss": "NaN"}: read as loss=NaN, not a repr
+        pairs = [f"{clean(str(k), 40)}={_value(x)}" for k, x in list(v.items())[:8]]
+        return ", ".join(pairs) + (", …" if len(v) > 8 else "")
     return clean(str(v), 120)
+
+
+def _wrapped(text: str, style: str = "") -> Text:
+    """Cleaned text that wraps at the box edge: a cause or a fix cut with "…" cannot be read,
+    and this screen is the one place where the whole sentence is shown."""
+    return Text(clean(text), style=style, end="")
 
 
 def detail_renderable(entry: AlertEntry) -> Table:
@@ -39,7 +49,7 @@ def detail_renderable(entry: AlertEntry) -> Table:
     grid = Table.grid(padding=(0, 1), expand=True)
     grid.add_column(style="bold", no_wrap=True, width=11)
     grid.add_column(ratio=1)
-    grid.add_row(Text(f"{icon} {a.severity}", style=style), safe_text(a.message, style="bold"))
+    grid.add_row(Text(f"{icon} {a.severity}", style=style), _wrapped(a.message, style="bold"))
     where = f"rule {clean(a.rule)} · step {fmt_count(a.step)}"
     if a.metric:
         where += f" · metric {clean(a.metric, 60)}"
@@ -64,7 +74,7 @@ def detail_renderable(entry: AlertEntry) -> Table:
             conf = c.confidence if math.isfinite(c.confidence) else 0.0
             conf = min(max(conf, 0.0), 1.0)
             bar = "█" * round(conf * 10) + "░" * (10 - round(conf * 10))
-            causes.add_row(Text(bar, style="magenta"), f"{conf:.0%}", safe_text(c.cause))
+            causes.add_row(Text(bar, style="magenta"), f"{conf:.0%}", _wrapped(c.cause))
         grid.add_row("Causes", causes)
     if a.fixes:
         grid.add_row("", "")
@@ -72,7 +82,7 @@ def detail_renderable(entry: AlertEntry) -> Table:
         fixes.add_column(style="green", no_wrap=True)
         fixes.add_column(ratio=1)
         for i, f in enumerate(a.fixes, 1):
-            fixes.add_row(f"{i}.", safe_text(f))
+            fixes.add_row(f"{i}.", _wrapped(f))
         grid.add_row("Try", fixes)
     return grid
 
@@ -83,6 +93,8 @@ class AlertDetailScreen(ModalScreen[str | None]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape,q,enter", "dismiss(None)", "Close"),
         Binding("m", "mute", "Mute rule"),
+        # a dialog hides the app's keys (Textual stops the binding chain at a modal screen)
+        Binding("question_mark", "app.help", "Help", show=False),
     ]
 
     def __init__(self, entry: AlertEntry) -> None:
@@ -96,7 +108,7 @@ class AlertDetailScreen(ModalScreen[str | None]):
     def on_mount(self) -> None:
         box = self.query_one("#alert-detail")
         box.border_title = f"Alert · {markup_safe(self.entry.alert.rule, 40)}"
-        box.border_subtitle = "m mute this rule · esc close"
+        box.border_subtitle = "m mute this rule · ? keys · esc close"
 
     def action_mute(self) -> None:
         self.dismiss(self.entry.alert.rule)

@@ -55,6 +55,17 @@ MODAL_BLOCKED = frozenset(k.action.split("(")[0] for k in KEYS) - {"quit", "help
 """The key table's actions that do nothing while a dialog is open."""
 
 
+def malformed_note(model: RunModel) -> str:
+    """One line: how many lines were skipped, where the first is, and how to see them all."""
+    n = model.malformed
+    text = f"{n:,} malformed line{'s' if n > 1 else ''} skipped"
+    if model.first_malformed is not None and model.spec.metric_files:
+        main = model.spec.metric_files[0]
+        text += (f" (first: {main.name} line {model.first_malformed:,}; "
+                 f"trainwatch inspect {main} lists them)")
+    return text
+
+
 class TrainwatchApp(ViewActions, RunControl, AlertFeed, Redraws, App[int]):
     CSS_PATH = "app.tcss"
     TITLE = "trainwatch"
@@ -117,7 +128,14 @@ class TrainwatchApp(ViewActions, RunControl, AlertFeed, Redraws, App[int]):
     # ------------------------------------------------------------------ lifecycle
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Under a dialog (new run, confirm, help), the app's keys other than quit and help
-        are off: typing ``r`` in the new-run screen's list must not open the runs list."""
+        are off: typing ``r`` in the new-run screen's list must not open the runs list.
+
+        Once quitting, every key is off: ``q n`` typed fast pushed the new-run dialog into an
+        app that was shutting down, and it crashed. (``_exit`` is Textual's own flag, set by
+        :meth:`exit`; there is no public one.)
+        """
+        if getattr(self, "_exit", False):
+            return False
         return not (action in MODAL_BLOCKED and isinstance(self.screen, ModalScreen))
 
     def get_default_screen(self) -> Screen:
@@ -294,7 +312,7 @@ class TrainwatchApp(ViewActions, RunControl, AlertFeed, Redraws, App[int]):
         notes = [*self.notices.get(model.run_id, []), *self.notices.get("", [])]
         notes += [f.text for f in model.files.values() if f.state in ("waiting", "error") and f.text]
         if model.malformed:
-            notes.append(f"{model.malformed} malformed line{'s' if model.malformed > 1 else ''} skipped")
+            notes.append(malformed_note(model))
         status = self.status_note(model.run_id)
         if status:
             notes.append(status)

@@ -98,8 +98,11 @@ class ViewActions(_Base):
     def action_mute(self) -> None:
         if isinstance(self.screen, Dashboard):
             entry = self.screen.highlighted_alert()
-            if entry is not None:
-                self.mute(entry.alert.rule)
+            if entry is None:
+                self.notify("no alert to mute: m mutes the rule of the alert highlighted in the "
+                            "alerts pane", timeout=4)
+                return
+            self.mute(entry.alert.rule)
 
     def action_toggle_console(self) -> None:
         if isinstance(self.screen, Dashboard):

@@ -55,7 +55,8 @@ class ChartSpec:
     """Fit the y-range to the 2nd..98th percentiles; outliers are drawn clipped at the edge."""
     x_range: tuple[float, float] | None = None
     fmt_x: Callable[[float], str] = field(default=lambda v: f"{v:g}")
-    fmt_y: Callable[[float], str] = field(default=lambda v: f"{v:.3g}")
+    fmt_y: Callable[[float, int], str] = field(default=lambda v, sig=3: f"{v:.{sig}g}")
+    """A y value in ``sig`` significant digits (3 unless labels would repeat)."""
 
 
 @dataclass(frozen=True)
@@ -279,19 +280,24 @@ def _y_labels(spec: ChartSpec, scale: Scale, plot_h: int) -> dict[int, str]:
     holds them, at least two rows from any other label.
     """
 
-    def show(v: float) -> str:
-        return spec.fmt_y(10**v if spec.log_y else v)
+    def show(v: float, sig: int = 3) -> str:
+        return spec.fmt_y(10**v if spec.log_y else v, sig)
 
     if plot_h < 2:
         return {0: show((scale.y0 + scale.y1) / 2)}
-    out = {0: show(scale.y1), plot_h - 1: show(scale.y0)}
+    at = {0: scale.y1, plot_h - 1: scale.y0}
     px_h = plot_h * 4
     intervals = max(1, min(plot_h // 4, 5))
     for v in nice_ticks(scale.y0, scale.y1, intervals, spec.log_y):
         px = (scale.y1 - v) / (scale.y1 - scale.y0) * (px_h - 1)
         r = round(px) // 4
-        if all(abs(r - k) >= 2 for k in out):
-            out[r] = show(v)
+        if all(abs(r - k) >= 2 for k in at):
+            at[r] = v
+    # A narrow range (tokens/s 12.3k..12.7k) needs more than 3 digits, or two rows read "12.6k"
+    for sig in range(3, 8):
+        out = {r: show(v, sig) for r, v in at.items()}
+        if len(set(out.values())) == len(out):
+            break
     return out
 
 

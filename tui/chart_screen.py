@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING, ClassVar
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
-from textual.widgets import Footer
 
 from trainwatch.tui.chart import ChartPanel
 from trainwatch.tui.chart_data import build_spec, last_value_text, panel_key, series_panel
 from trainwatch.tui.dashboard import chart_title
+from trainwatch.tui.footer import KeyFooter
 from trainwatch.tui.header import HeaderBar
 from trainwatch.tui.keys import bindings
 from trainwatch.tui.sanitize import markup_safe
@@ -38,7 +38,7 @@ class ChartScreen(Screen):
     def compose(self) -> ComposeResult:
         yield HeaderBar(id="header")
         yield ChartPanel(id="big-chart")
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.query_one(ChartPanel).focus()

@@ -83,12 +83,24 @@ class ConsolePane(ScrollView, can_focus=True):
         self._width = max(self._width, max(cell_len(ln) for ln in new))
         self.virtual_size = Size(self._width, len(self._lines))
         if self.follow:
-            self.scroll_end(animate=False, immediate=True, x_axis=False)
+            self._follow_end()
         self.refresh()
+
+    def _follow_end(self) -> None:
+        # forced: until the next layout a pane that has just started to overflow has no
+        # scrollbar yet, and Textual refuses to scroll it (the newest lines stayed out of view)
+        self.scroll_end(animate=False, immediate=True, x_axis=False, force=True)
+        self.call_after_refresh(self._sync_scrollbar)
+
+    def _sync_scrollbar(self) -> None:
+        # Textual moves the thumb only when the scrollbar is already shown: after the layout
+        # that adds it, put the thumb where the (forced) scroll went
+        if self.show_vertical_scrollbar:
+            self.vertical_scrollbar.position = self.scroll_y
 
     def on_resize(self) -> None:
         if self.follow:  # a new size moves the end: stay on it
-            self.scroll_end(animate=False, immediate=True, x_axis=False)
+            self._follow_end()
 
     # the user scrolling up stops following the end; scrolling back down resumes it
     def action_scroll_up(self) -> None:

@@ -16,7 +16,7 @@ from textual.containers import Grid, Horizontal, Vertical
 from textual.events import Resize
 from textual.screen import Screen
 from textual.timer import Timer
-from textual.widgets import DataTable, Footer, OptionList
+from textual.widgets import DataTable, OptionList
 
 from trainwatch.tui.alerts_pane import AlertsPane
 from trainwatch.tui.chart import ChartPanel
@@ -29,6 +29,7 @@ from trainwatch.tui.chart_data import (
 )
 from trainwatch.tui.console_pane import ConsolePane
 from trainwatch.tui.filter_bar import FilterBar
+from trainwatch.tui.footer import KeyFooter
 from trainwatch.tui.header import HeaderBar
 from trainwatch.tui.keys import bindings
 from trainwatch.tui.metrics_table import MetricsTable
@@ -123,7 +124,7 @@ class Dashboard(Screen):
                 yield AlertsPane(id="alerts")
         yield ConsolePane(id="console", max_lines=self.twapp.config.console_lines)
         yield FilterBar(id="filter")
-        yield Footer()
+        yield KeyFooter()
 
     @property
     def twapp(self) -> TrainwatchApp:

@@ -77,5 +77,6 @@ OTHER_KEYS: tuple[tuple[str, str], ...] = (
     ("enter", "Metrics: open the series as a chart · Alerts: evidence, causes, fixes"),
     ("space", "Runs list: mark a run to overlay on the charts"),
     ("esc", "Close a screen, clear the filter"),
+    ("ctrl+s", "New run dialog: start the run (tab moves between fields)"),
     ("ctrl+p", "Command palette: every action by name"),
 )

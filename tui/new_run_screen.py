@@ -58,6 +58,8 @@ class NewRunScreen(ModalScreen[LaunchPlan | None]):
         # printable keys before bindings see them)
         Binding("q", "cancel", "Cancel", show=False),
         Binding("ctrl+s", "start", "Start", priority=True),
+        # like q: the keys' help outside a field; in a field "?" is just a character
+        Binding("question_mark", "app.help", "Help", show=False),
     ]
 
     def __init__(self, options: LaunchOptions, base: Path, last: LaunchForm | None = None) -> None:

@@ -73,6 +73,8 @@ class RunModel:
     resets: int = 0
     """Times the main file started over (a new series may then reuse an old version number)."""
     malformed: int = 0
+    first_malformed: int | None = None
+    """Line number of the first malformed line of the main file (the notice names it)."""
     rewinds: int = 0
     ranks: set[int] = field(default_factory=set)
     _samples: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=512))
@@ -117,6 +119,8 @@ class RunModel:
             self.end = None
             self._samples.clear()
         changed = self.store.ingest(batch)
+        if batch.malformed and self.first_malformed is None:
+            self.first_malformed = batch.malformed[0].line
         self.malformed += len(batch.malformed)
         self.rewinds += len(batch.rewinds)
         for ev in batch.events:

@@ -59,8 +59,9 @@ def run_state(model: RunModel, now: float, process: Any = None) -> str:
     """
     has_data = model.last_step is not None
     if not has_data:
+        # no file reported yet: it is being opened and read, unless the reading is over
         if any(f.state == "waiting" for f in model.files.values()) or not model.files:
-            return "waiting for file" if model.loaded or not model.files else "loading"
+            return "waiting for file" if model.loaded else "loading"
         return "loading" if not model.loaded else "waiting for file"
     alive = False
     if process is not None:

@@ -11,11 +11,12 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer
+from textual.widgets import DataTable
 
 from trainwatch.humanize import fmt_count, fmt_num
 from trainwatch.roles import DEFAULT_ROLES
 from trainwatch.tui.alerts_pane import SEVERITY_ICON
+from trainwatch.tui.footer import KeyFooter
 from trainwatch.tui.metrics_table import spark_text
 from trainwatch.tui.run_state import STATE_STYLE
 from trainwatch.tui.sanitize import safe_text
@@ -62,7 +63,7 @@ class RunsScreen(Screen):
 
     def compose(self) -> ComposeResult:
         yield DataTable(id="runs", cursor_type="row", zebra_stripes=True)
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         table = self.query_one(DataTable)
