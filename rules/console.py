@@ -113,9 +113,23 @@ KNOWN: tuple[Known, ...] = (
 
 _BACKWARD_TWICE = re.compile(r"Trying to backward through the graph a second time")
 _VERSION = re.compile(r"is at version (?P<n>\d+); expected version (?P<m>\d+)")
-_ANY = re.compile("|".join(
-    [k.pattern.pattern for k in KNOWN] + [_BACKWARD_TWICE.pattern, _VERSION.pattern, "retain_graph"]
+_KNOWN_ANY = re.compile("|".join(
+    [k.pattern.pattern for k in KNOWN] + [_BACKWARD_TWICE.pattern, _VERSION.pattern]
 ), re.IGNORECASE)
+_TRACEBACK = "Traceback (most recent call last):"
+_ANY = re.compile("|".join([_KNOWN_ANY.pattern, "retain_graph", re.escape(_TRACEBACK)]),
+                  re.IGNORECASE)
+_EXCEPTION = (
+    re.compile(r"(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Warning|Failure|"
+               r"Fault|Quit|Iteration))(?::\s*(?P<msg>.*))?$"),
+    re.compile(r"(?P<type>[A-Za-z_][\w.]*):\s+(?P<msg>.+)$"),
+)
+"""The line that ends a traceback: the exception's (dotted) type name, then its message (a name
+of another shape only with a message: a bare word after the frames is not taken for one)."""
+_CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
+_TB_LINES = 400
+"""Most lines a traceback is followed for its exception line (a log that never gives one, or
+interleaves other output with it, does not keep the rule reading every line)."""
 
 
 class ConsoleRule:
@@ -127,19 +141,66 @@ class ConsoleRule:
         self.retain_seen = False
         self.twice_seen = False
         self.last_line: dict[str, int] = {}
+        self.traceback_at: int | None = None
+        """Line of the traceback being read to its exception line (across reads), if any."""
+        self.traceback_known = False
+        """A known error was told inside it: its exception line is not told again."""
 
     def feed(self, lines: Sequence[str], first_line: int, step: int, time: float) -> list[Hit]:
         hits: list[Hit] = []
         for i, line in enumerate(lines):
+            n = first_line + i
+            if self.traceback_at is not None:
+                hit = self._traceback_line(line, n, step, time)
+                if hit is not None:
+                    hits.append(hit)
             if not _ANY.search(line):
                 continue
-            n = first_line + i
             if "retain_graph=True" in line:
                 self.retain_seen = True
+            if _TRACEBACK in line:
+                self.traceback_at, self.traceback_known = n, False
+                continue
             hit = self._line(line, n, step, time)
             if hit is not None:
                 hits.append(hit)
+            if self.traceback_at is not None and _KNOWN_ANY.search(line):
+                self.traceback_known = True
         return hits
+
+    def _traceback_line(self, line: str, n: int, step: int, time: float) -> Hit | None:
+        """A line after ``Traceback (most recent call last):``: the frames are indented; the
+        first line that is not ends it, the exception's ``Type: message``. An exception no known
+        error matched is told as such: a script that died of it stops logging, and the last
+        thing a person at 2 a.m. needs is to wait a minute for ``stalled_stream`` to say so."""
+        start = self.traceback_at
+        assert start is not None
+        if n == start or not line.strip() or line[:1].isspace() or line.startswith(_CHAINED):
+            if n - start > _TB_LINES:
+                self.traceback_at = None
+            return None
+        self.traceback_at = None
+        m = _EXCEPTION[0].match(line.strip()) or _EXCEPTION[1].match(line.strip())
+        if m is None or self.traceback_known or _KNOWN_ANY.search(line) or not self.cfg.enabled:
+            return None  # (a known error's own line is told by the known pattern)
+        kind = m.group("type")
+        if not self._due(f"exception:{kind}:{m.group('msg') or ''}", n):
+            return None  # every rank prints the same traceback: one alert
+        text = line.strip()[:MAX_TEXT]
+        return make_hit(
+            self.id, pos=n, severity="warning", step=step, time=time, metric=None,
+            message=f"A Python exception was printed: {text} (console line {n:,}, its traceback "
+                    f"from line {start:,}).",
+            evidence={"line": n, "text": text, "kind": "uncaught_exception",
+                      "traceback_line": start, "exception": kind},
+            causes=[(("the script raised an exception it did not catch: the run has stopped "
+                     "(its metrics stop; no run_end, or status crashed)"), 0.6),
+                    (("an exception caught and logged (a data-loader retry, a callback): the run "
+                     "goes on"), 0.4)],
+            fixes=[(f"Read the traceback from console line {start:,}: its last frame in your code "
+                   "is where it failed"),
+                   ("Reproduce it on the failing step under a debugger: python -m pdb -c continue "
+                   "SCRIPT")])
 
     def _due(self, kind: str, n: int) -> bool:
         last = self.last_line.get(kind)
