@@ -21,7 +21,7 @@ from trainwatch.batch import RecordBatch, iter_joined
 from trainwatch.humanize import fmt_count, fmt_duration, fmt_num
 from trainwatch.rules.alert import SEVERITY_RANK, Alert
 from trainwatch.rules.stats import distinct
-from trainwatch.safe_text import one_line
+from trainwatch.safe_text import clean
 
 if TYPE_CHECKING:
     from trainwatch.load import LoadedRun
@@ -167,14 +167,14 @@ def format_check_text(result: CheckResult) -> str:
     s = result.summary
     by = s.get("by_severity", {})
     head = (
-        f"{one_line(str(result.path))}: {fmt_count(s.get('records', 0))} records, "
+        f"{clean(str(result.path))}: {fmt_count(s.get('records', 0))} records, "
         f"{fmt_count(s.get('steps', 0))} steps"
     )
     n_bad = result.malformed
     if n_bad:  # what was not read is said, with where to look (the alerts only saw the rest)
         head += (
             f"\n{n_bad} malformed line{'s' if n_bad != 1 else ''} skipped; the first, "
-            f"{one_line(str(result.first_malformed))} ('trainwatch inspect' lists them)"
+            f"{clean(str(result.first_malformed))} ('trainwatch inspect' lists them)"
         )
     if not result.alerts:
         if not s.get("records", 0):
@@ -186,7 +186,7 @@ def format_check_text(result: CheckResult) -> str:
     n = len(result.alerts)
     lines = [head, f"{n} alert{'s' if n != 1 else ''}: {counts}", ""]
     rows = [("SEVERITY", "STEP", "RULE", "MESSAGE")] + [
-        (a.severity, f"{a.step:,}", a.rule, one_line(a.message)) for a in result.alerts
+        (a.severity, f"{a.step:,}", a.rule, clean(a.message)) for a in result.alerts
     ]
     w = [max(len(r[i]) for r in rows) for i in range(3)]
     for r in rows:
@@ -201,7 +201,7 @@ def describe_alert(a: Alert, index: int | None = None) -> list[str]:
     """An alert's header line, then its evidence, causes and fixes, indented (no trailing blank).
 
     Each entry is one printable line: names and console text from the run's files lose their
-    escape sequences and newlines (:func:`~trainwatch.safe_text.one_line`)."""
+    escape sequences and newlines (:func:`~trainwatch.safe_text.clean`)."""
     where = f" · {a.metric}" if a.metric else ""
     num = f"[{index}] " if index is not None else ""
     out = [f"{num}{a.severity} · {a.rule} · step {a.step:,}{where}", f"    {a.message}"]
@@ -215,7 +215,7 @@ def describe_alert(a: Alert, index: int | None = None) -> list[str]:
     if a.fixes:
         out.append("    try:")
         out.extend(f"      - {f}" for f in a.fixes)
-    return [one_line(line) for line in out]
+    return [clean(line) for line in out]
 
 
 _DURATION_SUFFIXES = ("_s", "_sec", "_secs", "_seconds", "seconds")

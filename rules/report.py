@@ -43,7 +43,7 @@ from trainwatch.rules.verdict import (
     judge,
     tail_trend,
 )
-from trainwatch.safe_text import one_line
+from trainwatch.safe_text import clean
 
 if TYPE_CHECKING:
     from trainwatch.load import LoadedRun
@@ -249,7 +249,7 @@ def format_report_markdown(report: Report) -> str:
     out += ["", "## Recommendations", ""]
     out += [f"{i}. {rec}" for i, rec in enumerate(r.verdict.recommendations, 1)]
     # names, paths and console text come from the run's files: no escape reaches the terminal
-    return "\n".join(one_line(line) for line in out)
+    return "\n".join(clean(line) for line in out)
 
 
 _MOVED_LABEL = {"loss": "train loss", "val_loss": "val loss", "lr": "learning rate",

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from trainwatch import __version__
-from trainwatch.safe_text import one_line
+from trainwatch.safe_text import clean
 
 if TYPE_CHECKING:
     from trainwatch.load import LoadedRun
@@ -67,7 +67,7 @@ def _parser(prog: str, description: str, example: str) -> _Parser:
 
 def _fail(message: str) -> int:
     # the message may quote a path or a line from someone else's file: one printable line
-    print(f"trainwatch: error: {one_line(message)}", file=sys.stderr)
+    print(f"trainwatch: error: {clean(message)}", file=sys.stderr)
     return EXIT_USAGE
 
 
@@ -114,9 +114,9 @@ def _warn_unwatched(cfg: RulesConfig, run: LoadedRun, rules_file: Path | None) -
         if c.enabled and c.metric not in names and c.metric not in roles:
             seen = ", ".join(sorted(names)[:8]) + (", ..." if len(names) > 8 else "")
             print(
-                f"trainwatch: warning: {one_line(str(rules_file))}: custom rule {c.id!r} watches "
-                f"{one_line(repr(c.metric))}, which {one_line(str(run.path))} does not log "
-                f"(it logs: {one_line(seen) or 'nothing'})",
+                f"trainwatch: warning: {clean(str(rules_file))}: custom rule {c.id!r} watches "
+                f"{clean(repr(c.metric))}, which {clean(str(run.path))} does not log "
+                f"(it logs: {clean(seen) or 'nothing'})",
                 file=sys.stderr,
             )
 

@@ -9,7 +9,7 @@ from typing import Any
 from trainwatch.humanize import fmt_count, fmt_num
 from trainwatch.load import LoadedRun
 from trainwatch.roles import DEFAULT_ROLES, RoleTable
-from trainwatch.safe_text import one_line
+from trainwatch.safe_text import clean
 from trainwatch.store import SeriesStore
 
 MAX_LISTED_MALFORMED = 10
@@ -79,7 +79,7 @@ def format_json(summary: dict[str, Any]) -> str:
 
 def format_text(summary: dict[str, Any]) -> str:
     lines = [
-        f"{one_line(summary['path'])}  ({summary['format']})",
+        f"{clean(summary['path'])}  ({summary['format']})",
         f"records {fmt_count(summary['records'])}   segments {summary['segments']}   "
         f"malformed {summary['malformed']}"
         + (f" (lines {', '.join(map(str, summary['malformed_lines']))}"
@@ -94,14 +94,14 @@ def format_text(summary: dict[str, Any]) -> str:
     if not metrics:
         lines.append("no metrics")
         return "\n".join(lines)
-    width = min(40, max(len(one_line(n)) for n in metrics))
+    width = min(40, max(len(clean(n)) for n in metrics))
     head = f"{'metric':<{width}}  {'role':<10} {'points':>8} {'non-fin':>7} {'steps':>17}  " \
            f"{'last':>9} {'min':>9} {'max':>9}"
     lines += ["", head, "-" * len(head)]
     for name, m in metrics.items():
         steps = f"{m['first_step']}..{m['last_step']}" if m["count"] else "-"
         lines.append(
-            f"{one_line(name)[:width]:<{width}}  {m['role'] or '':<10} {fmt_count(m['count']):>8} "
+            f"{clean(name)[:width]:<{width}}  {m['role'] or '':<10} {fmt_count(m['count']):>8} "
             f"{m['nonfinite']:>7} {steps:>17}  {_cell(m['last'], m.get('last_nonfinite'))} "
             f"{_cell(m['min'])} {_cell(m['max'])}"
         )
