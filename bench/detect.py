@@ -19,7 +19,8 @@ It also times the rules against the parse of the same bytes (the baseline of the
 rules must cost at most 0.2x the parse.
 
     python bench/detect.py               # 40 runs per fault kind, 24 clean runs (264k steps),
-                                         # 12 zero-inflated clean runs apart
+                                         # 12 zero-inflated clean runs apart, 5 long
+                                         # clean runs of a loss as noisy as its level apart
     python bench/detect.py --quick       # 5 per kind, 6 clean runs (24k steps)
     python bench/detect.py --json OUT    # also write the scores as JSON
 """
@@ -41,10 +42,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `python bench
 
 from bench.synthetic import (
     FAULT_RULES,
+    NOISY_DRAWS,
+    SHAPES,
     ZERO_CLEAN_RUNS,
     SyntheticRun,
     clean_run,
     fault_run,
+    noisy_flat_run,
     parse_chunks,
     zero_clean_run,
 )
@@ -58,6 +62,18 @@ FA_TARGET = 1.0
 """False alarms (warning or error) per 10k clean steps."""
 COST_TARGET = 0.2
 """Rules time over parse time of the same data."""
+NOISY_STEPS = (30_000, 10_000)
+"""Steps of each long noisy clean run (full bench, ``--quick``)."""
+NOISY_BATCH = 0.5
+"""Batch noise of the clean runs of ``SHAPES`` among the long noisy ones (50 % of the level)."""
+
+
+def noisy_clean_runs(n_steps: int) -> list[SyntheticRun]:
+    """Long clean runs of a loss whose per-step noise is as large as the loss (batch-size-1 or
+    sample-by-sample training, RL, small batches): a flat loss of each of ``NOISY_DRAWS``, and
+    clean runs of two ``SHAPES`` at 50 % batch noise."""
+    return ([noisy_flat_run(0, n_steps, d) for d in NOISY_DRAWS]
+            + [clean_run(0, n_steps=n_steps, shape=sh, noise=NOISY_BATCH) for sh in SHAPES[:2]])
 CLEAN_LENGTHS = (2000, 4000, 8000, 30_000)
 CLEAN_LENGTHS_QUICK = (2000, 3000, 4000, 10_000)
 
@@ -366,6 +382,15 @@ def main(argv: list[str] | None = None) -> int:
         zero_steps += run.n_steps
         zero_fa.update(f"{a.rule}/{a.severity}" for a in run_engine(run, cfg, Cost()) if serious(a))
 
+    # long clean runs of a loss as noisy as its level, measured apart (and out of the cost):
+    # over hundreds of blocks their luckiest low and unluckiest block drift apart
+    noisy_fa: Counter[str] = Counter()
+    noisy_steps = 0
+    for run in noisy_clean_runs(NOISY_STEPS[1 if args.quick else 0]):
+        noisy_steps += run.n_steps
+        noisy_fa.update(f"{a.rule}/{a.severity}" for a in run_engine(run, cfg, Cost())
+                        if serious(a))
+
     scores = [score_kind(k, range(n_seeds), cfg, 600 if args.quick else 1000) for k in kinds]
     cost = Cost()
     cost.add(clean_cost)
@@ -419,6 +444,11 @@ def main(argv: list[str] | None = None) -> int:
           f"{zero_steps:,} steps = {n_zfa / zero_steps * 10_000:.2f} per 10k; by rule: "
           + (", ".join(f"{k} {v}" for k, v in zero_fa.most_common()) or "none")
           + " (learning_stalled tells a loss's runs of zeros once by default: mixed_points)")
+    n_nfa = sum(noisy_fa.values())
+    print(f"long noisy loss (clean runs apart, no target: flat loss x Exponential/lognormal/50 % "
+          f"Gaussian noise, 2 shapes at 50 % batch noise): {n_nfa} warning+ alerts in "
+          f"{noisy_steps:,} steps = {n_nfa / noisy_steps * 10_000:.2f} per 10k; by rule: "
+          + (", ".join(f"{k} {v}" for k, v in noisy_fa.most_common()) or "none"))
     ratio = cost.ratio
     print(f"clean runs alone: rules {clean_cost.ratio:.2f}x parse")
     cost_ok = ratio <= COST_TARGET
@@ -466,6 +496,7 @@ def main(argv: list[str] | None = None) -> int:
             "kinds": out_kinds,
             "clean": {"false_alarms": fa, "steps": clean_total, "per_10k": fa_rate,
                       "target": FA_TARGET, "by_rule": dict(fa_rules), "info": dict(info_rules)},
+            "noisy_clean": {"alerts": n_nfa, "steps": noisy_steps, "by_rule": dict(noisy_fa)},
             "cost": {"parse_s": cost.parse_s, "rules_s": cost.rules_s, "ratio": ratio,
                      "target": COST_TARGET, "steps": cost.steps,
                      "clean_ratio": clean_cost.ratio,

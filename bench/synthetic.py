@@ -404,6 +404,42 @@ def zero_clean_run(seed: int, n_steps: int = 4000) -> SyntheticRun:
     return finish_run(tr, f"clean-{ZERO_SHAPE}-{seed}", seed, ZERO_SHAPE, label)
 
 
+NOISY_DRAWS = ("exponential", "lognormal", "gauss50")
+"""Per-step noise of :func:`noisy_flat_run`: Exponential(1), lognormal (sigma 1) or Gaussian with
+a 50 % sd, each times the level."""
+
+
+def noisy_flat_run(seed: int, n_steps: int = 30_000, draw: str = "exponential",
+                   blowup: float = 1.0, at: int | None = None) -> SyntheticRun:
+    """A flat loss whose every step is the level times one noisy draw (``draw``, one of
+    :data:`NOISY_DRAWS`): batch-size-1 or sample-by-sample training, RL and small-batch losses,
+    whose per-step noise is as large as the loss. Clean unless ``blowup`` > 1: the loss times
+    that from step ``at`` on (a multiplicative blow-up; the label is ``divergence`` at ``at``).
+
+    The LR and other series are those of a clean ``exp`` run; its own random stream
+    (``noisy/<draw>``): the other generators' runs are untouched by it."""
+    rng = _rng(seed, f"noisy/{draw}")
+    tr = base_trace(rng, n_steps, "exp", 0.0)
+    level = rng.uniform(0.5, 3.0)
+    if draw == "exponential":
+        x = rng.exponential(1.0, n_steps)
+    elif draw == "lognormal":
+        x = rng.lognormal(0.0, 1.0, n_steps)
+    elif draw == "gauss50":
+        # (kept above 0, as a loss is: a draw below 5 % of the level is ~3 % of them)
+        x = np.maximum(1.0 + 0.5 * rng.standard_normal(n_steps), 0.05)
+    else:
+        raise ValueError(f"unknown draw {draw!r} (expected one of {', '.join(NOISY_DRAWS)})")
+    loss = level * x
+    label = Label("clean", None, -1, 0)
+    if blowup > 1.0:
+        at = n_steps // 2 if at is None else at
+        loss[tr.idx(at):] *= blowup
+        label = Label("divergence", "divergence", at, 250, {"factor": blowup})
+    tr.loss = loss
+    return finish_run(tr, f"noisy-{draw}-{seed}", seed, "exp", label)
+
+
 def fault_run(kind: str, seed: int, n_before: int = 1000) -> SyntheticRun:
     """A run with one fault of ``kind`` injected after about ``n_before`` clean steps.
 

@@ -3,10 +3,25 @@
 The loss is smoothed into block medians of ``window`` points (shared with other rules, see
 :func:`~trainwatch.rules.blocks.shared_blocks`); a block at least ``rise`` (or ``noise_factor``
 times the noise of a block median, for noisy losses) above the best one, for ``windows`` blocks in
-a row, is a warning; ``error_rise`` above the best (or that warning bar, without the wander
-below, when it is more: see :func:`~trainwatch.rules.divergence_bars.error_rise`), or past an
-absolute ``cap``, is an error at once. Runs of quiet blocks are taken in one vectorised step.
-What the alert says (causes, fixes, evidence) is :mod:`~trainwatch.rules.divergence_alert`'s.
+a row, is a warning; ``error_rise`` above the best (or, when more, ``noise_factor`` plus
+``sqrt(2 ln n)`` noise levels, n the segment's blocks so far: see
+:func:`~trainwatch.rules.divergence_bars.error_rise`), each of ``k`` blocks in a row (2 to
+``windows``) ``noise_factor + sqrt(2 ln n / k)`` noise levels above it, or past an absolute
+``cap``, is an error. Runs of quiet blocks are taken in one vectorised step. What the alert says
+(causes, fixes, evidence) is :mod:`~trainwatch.rules.divergence_alert`'s.
+
+The error's allowance for luck: over hundreds of blocks of a loss as noisy as its level
+(batch-size-1 training, RL), the best is the luckiest low and some block an unlucky high, and a
+bar of ``noise_factor`` levels on one block was passed on every clean run of 30k steps at 50 %
+batch noise (the warning asks for ``windows`` blocks in a row, which such luck does not give).
+The extreme of n normal values grows as ``sqrt(2 ln n)``, and k in a row past one bar are as rare
+as one past a bar ``sqrt(k)`` times as far: a blow-up that one block leaves marginal is confirmed
+by the next. The noise of a positive loss multiplies its level (its block medians spread as
+their logarithm does): the bars are ``expm1`` of the noise levels (the same at a few % noise,
+3.5x the best, not 2.25x, at 5 levels of 25 %), and the scale they multiply is the best level,
+or the block's MAD brought back to the best's level (:func:`~trainwatch.rules.divergence_bars.
+bar_scale`): the risen block's own MAD grew with a multiplicative blow-up (x5, x20 of an
+Exponential-like loss) as fast as the block, and such a blow-up was caught only by luck.
 
 The noise of a block median is the largest of three estimates: the standard error from the
 block's own spread (:mod:`~trainwatch.rules.block_stream`), the scatter *between* consecutive
@@ -60,7 +75,15 @@ from trainwatch.rules.block_levels import (
 from trainwatch.rules.block_wander import WanderSamples
 from trainwatch.rules.blocks import Blocks, LossBlockRule, shared_blocks
 from trainwatch.rules.divergence_alert import divergence_hit
-from trainwatch.rules.divergence_bars import MAD_SCALE, bar_scale, error_rise
+from trainwatch.rules.divergence_bars import (
+    bar_scale,
+    bar_scales,
+    error_rise,
+    multiplies,
+    noise_levels,
+    noise_rise,
+    run_error,
+)
 from trainwatch.rules.models import DivergenceConfig
 
 _FEW = 8
@@ -123,6 +146,9 @@ class DivergenceRule(LossBlockRule):
         """The segment's sampled block medians, and the wander they give at a block."""
         self.up = 0
         self.quiet = 0
+        self.run_z: list[float] = []
+        """The noise levels above the best of the last few blocks in a row that were up (at most
+        ``windows``; see :func:`~trainwatch.rules.divergence_bars.run_error`)."""
         self.active = False
         self.escalated = False
         self.rearm_below: float | None = None
@@ -225,6 +251,7 @@ class DivergenceRule(LossBlockRule):
         if not capped and (med < best or not (
                 med > best and med >= best + self._lo * abs(best))):
             self.up = 0
+            self.run_z = []
             self.quiet += 1
             if self.active and self.quiet >= 2:
                 self.active = False
@@ -234,18 +261,32 @@ class DivergenceRule(LossBlockRule):
         if noise is None:
             noise = cols.noise[i]  # type: ignore[index]
         jumps = self._jl if self._jin is None else self._frame_jumps()
-        rise = max(cfg.rise, cfg.noise_factor * max(noise, scatter_at_list(jumps, self._jump0 + i)))
-        scale = bar_scale(best, mads[i])  # type: ignore[index]
-        err = capped or (med > best and med >= best + error_rise(cfg, rise) * scale)
+        sd = max(noise, scatter_at_list(jumps, self._jump0 + i))
+        mad = mads[i]  # type: ignore[index]
+        mult = multiplies(best, mad, med)
+        rise = max(cfg.rise, noise_rise(cfg.noise_factor * sd, mult))
+        scale = bar_scale(best, mad, med)
+        err = capped or (med > best and med >= best + error_rise(
+            cfg, rise, sd, self.nblk, mult) * scale)
         if err or (med > best and med >= best + rise * scale):
             # the wander only raises the bar: read where the others pass (and where the rule
-            # fires, whose re-arm bar is the rise)
+            # fires, whose re-arm bar is the rise); a spread of relative differences measured
+            # as they are, it is not taken through noise_rise
             rise = max(rise, cfg.noise_factor * self._wander.at(i))
         up = med > best and med >= best + rise * scale
         if up or capped:
             self.up += 1
             self.quiet = 0
+            if up:
+                # (the error's floor, error_rise, asked of this block alone)
+                z = noise_levels((med - best) / scale, mult)
+                self.run_z = (self.run_z + [z / sd if sd > 0 else math.inf])[-cfg.windows:]
+                err = err or (med >= best + max(cfg.error_rise, rise) * scale
+                              and run_error(cfg, self.run_z, self.nblk))
+            else:
+                self.run_z = []
         else:
+            self.run_z = []
             self.up = 0
             self.quiet += 1
             if self.active and self.quiet >= 2:
@@ -295,15 +336,17 @@ class DivergenceRule(LossBlockRule):
             if cfg.cap is not None:
                 cand |= med > cfg.cap
             if cand.any():
-                scale = np.maximum(np.abs(best), MAD_SCALE * b.mad[i + w:j])
+                scale = bar_scales(best, b.mad[i + w:j], med)
                 cand &= med >= best + lo * scale
                 if cfg.cap is not None:
                     cand |= med > cfg.cap
                 if cand.any():
-                    k = w + self._first_bad(b, i + w, med, best, scale, cand.nonzero()[0])
+                    k = w + self._first_bad(b, i + w, med, best, scale, cand.nonzero()[0],
+                                            self.nblk + w)
         self.nblk += k
         if k > w:
             self.up = 0
+            self.run_z = []
             self.quiet += k - w
             if self.active and self.quiet >= 2:
                 self.active = False
@@ -312,10 +355,11 @@ class DivergenceRule(LossBlockRule):
         return k
 
     def _first_bad(self, b: Blocks, i: int, med: np.ndarray, best: np.ndarray,
-                   scale: np.ndarray, cands: np.ndarray) -> int:
+                   scale: np.ndarray, cands: np.ndarray, n0: int) -> int:
         """The first of the candidate blocks ``cands`` (of blocks ``i, i + 1, ...`` of ``b``,
-        whose medians, bests before them and scales are given) that rises above the best by
-        :meth:`_block`'s bars; ``med``'s length if none does."""
+        whose medians, bests before them and scales are given; ``n0`` blocks of the segment
+        before block ``i``) that rises above the best by :meth:`_block`'s bars; ``med``'s length
+        if none does."""
         cfg: DivergenceConfig = self.cfg
         # the first few one by one on Python floats (a rise under way: the first is often bad),
         # the rest, if many, vectorised
@@ -326,19 +370,19 @@ class DivergenceRule(LossBlockRule):
             x, bs, sl = medl[t], bestl[t], scalel[t]
             if cfg.cap is not None and x > cfg.cap:
                 return t
-            sc = scatter_at_list(jumps, j0 + t)
-            rise = max(cfg.rise, cfg.noise_factor * max(noise[i + t], sc))  # type: ignore[index]
-            if x > bs and self._rises(i + t, x, bs, sl, rise):
+            sd = max(noise[i + t], scatter_at_list(jumps, j0 + t))  # type: ignore[index]
+            if x > bs and self._rises(i + t, x, bs, sl, sd, n0 + t + 1):
                 return t
         if len(cl) <= _FEW:
             return med.shape[0]
         cands = cands[_FEW:]
         g = cands + i
         sc = scatter_of(np.array(jumps), g + self._jump0)
-        rise = np.maximum(cfg.rise, cfg.noise_factor * np.maximum(b.noise[g], sc))
+        sd = np.maximum(b.noise[g], sc)
+        rise = np.maximum(cfg.rise, cfg.noise_factor * sd)
         m, bs, sl = med[cands], best[cands], scale[cands]
         # (bad by the rise bar without the wander or at ``error_rise``, the error bar's floor: a
-        # superset, each then checked with the exact bars)
+        # superset, each then checked with the exact bars, whose noise rise is at least this)
         bad = (m > bs) & ((m >= bs + rise * sl) | (m >= bs + cfg.error_rise * sl))
         if cfg.cap is not None:
             bad |= m > cfg.cap
@@ -346,15 +390,20 @@ class DivergenceRule(LossBlockRule):
             t = int(cands[h])
             x = float(m[h])
             if (cfg.cap is not None and x > cfg.cap) or self._rises(
-                    i + t, x, float(bs[h]), float(sl[h]), float(rise[h])):
+                    i + t, x, float(bs[h]), float(sl[h]), float(sd[h]), n0 + t + 1):
                 return t
         return med.shape[0]
 
-    def _rises(self, k: int, x: float, best: float, scale: float, rise: float) -> bool:
+    def _rises(self, k: int, x: float, best: float, scale: float, sd: float, nblk: int
+               ) -> bool:
         """Whether block ``k`` of the frame, at ``x`` above the best, is up or an error by
-        :meth:`_block`'s bars, given the bar without the wander (``rise``)."""
+        :meth:`_block`'s bars, given its scale, the noise of a block median (``sd``, without the
+        wander) and the blocks of the segment up to this one (``nblk``). (Its MAD is read again
+        here: only at the few candidates.)"""
         cfg: DivergenceConfig = self.cfg
-        if x >= best + error_rise(cfg, rise) * scale:
+        mult = multiplies(best, self._cols.mad[k], x)  # type: ignore[index]
+        rise = max(cfg.rise, noise_rise(cfg.noise_factor * sd, mult))
+        if x >= best + error_rise(cfg, rise, sd, nblk, mult) * scale:
             return True
         if x < best + rise * scale:
             return False

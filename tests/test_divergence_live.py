@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import math
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +30,14 @@ from trainwatch.rules.block_stream import Blocks
 from trainwatch.rules.block_wander import EVERY, HISTORY, wander
 from trainwatch.rules.check import feed_run
 from trainwatch.rules.divergence import DivergenceRule
-from trainwatch.rules.divergence_bars import bar_scale, error_rise
+from trainwatch.rules.divergence_bars import (
+    bar_scale,
+    error_levels,
+    error_rise,
+    multiplies,
+    noise_levels,
+    noise_rise,
+)
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -70,25 +78,42 @@ def _reference_block(rule: DivergenceRule, b: Blocks, i: int, med: float, jumps:
     best = rule.best
     if med < best and (cfg.cap is None or med <= cfg.cap):
         rule.up = 0
+        rule.run_z = []
         rule.quiet += 1
         rule.active = rule.active and rule.quiet < 2
         rule._note_best(level, 0)
         return False
     short = max(float(b.noise[i]), scatter_at_list(jumps, rule._jump0 + i))
     wand = wander(seg[EVERY - 1::EVERY].tolist()[-HISTORY:])
-    rise = max(cfg.rise, cfg.noise_factor * max(short, wand))
-    scale = bar_scale(best, float(b.mad[i]))
+    mad = float(b.mad[i])
+    # a positive loss's noise multiplies: its noise rise is expm1 of the noise levels (the
+    # wander's is taken as it is), its scale the MAD brought back to the best's level
+    mult = multiplies(best, mad, med)
+    no_wander = max(cfg.rise, noise_rise(cfg.noise_factor * short, mult))
+    rise = max(no_wander, cfg.noise_factor * wand)
+    scale = bar_scale(best, mad, med)
     up = med > best and med >= best + rise * scale
-    no_wander = max(cfg.rise, cfg.noise_factor * short)
     held[0] += med >= best + no_wander * scale and not up
     capped = cfg.cap is not None and med > cfg.cap
-    # the error bar: error_rise, or the rise bar without the wander when that is more
-    err = capped or (med > best and med >= best + error_rise(cfg, no_wander) * scale)
+    # the error bar: error_rise, or the rise bar without the wander plus the luck of the best
+    # over the segment's blocks when that is more
+    err = capped or (med > best and med >= best + error_rise(
+        cfg, no_wander, short, rule.nblk, mult) * scale)
     if up or capped:
         rule.up += 1
         rule.quiet = 0
+        if up:
+            # or the last k blocks up in a row (k >= 2) each error_levels(k) noise levels above
+            z = noise_levels((med - best) / scale, mult)
+            rule.run_z = (rule.run_z + [z / short if short > 0 else math.inf])[-cfg.windows:]
+            run = rule.run_z
+            err = err or (med >= best + max(cfg.error_rise, rise) * scale and any(
+                min(run[-k:]) >= error_levels(cfg, rule.nblk, k) for k in range(2, len(run) + 1)))
+        else:
+            rule.run_z = []
     else:
         rule.up = 0
+        rule.run_z = []
         rule.quiet += 1
         rule.active = rule.active and rule.quiet < 2
     fired = False
@@ -104,7 +129,7 @@ def _reference_block(rule: DivergenceRule, b: Blocks, i: int, med: float, jumps:
 
 def _core(rule: DivergenceRule) -> tuple:
     return (rule.nblk, rule.best, rule.up, rule.quiet, rule.active, rule.escalated,
-            rule.rearm_below)
+            rule.rearm_below, tuple(rule.run_z))
 
 
 def _medians(rng: np.random.Generator, n: int) -> np.ndarray:

@@ -86,15 +86,15 @@ def _engine_divergence(loss: np.ndarray) -> list[tuple[int, str, float]]:
 def test_a_flat_loss_whose_noise_passes_the_error_rise_is_no_error(seed: int) -> None:
     # its luckiest low sits ~3 errors below the level, a block ~2 above: "50 % above its best",
     # which an error bar below the warning bar called a divergence at once (every seed, in its
-    # first 800 steps). (Over 30k steps the lowest low still sinks far enough for one error on
-    # most seeds: the bar is the warning's, which the best's luck is not part of.)
+    # first 800 steps). (Over 30k steps the lowest low sank far enough for one error on most
+    # seeds until the error bar allowed for the best's luck: test_divergence_noisy.)
     assert _engine_divergence(_records_loss(4000, seed)) == []
 
 
 def test_a_rise_past_the_noise_of_a_noisy_loss_is_still_an_error() -> None:
     loss = _records_loss(12000, 3)
-    # (its bars scale with the risen blocks' own spread, which such a noise grows with the level:
-    # a rise of many times, as its warning's already was)
+    # (its bars scale with the best's level: the risen blocks' own spread, which such a noise
+    # grows with the level, is brought back to it, or the bar grew as fast as the blocks)
     loss[8000:] *= 20.0
     div = _engine_divergence(loss)
     assert [d[1] for d in div] == ["error"] and 8000 < div[0][0] <= 8000 + 3 * 25
