@@ -1,7 +1,8 @@
 """Turn records (dicts, or columns from a fast decoder) into a :class:`RecordBatch`.
 
-Every reader ends here, so the format rules of docs/format.md live in one place: reserved keys,
-flattening, what counts as a series, non-finite tokens, steps and segments.
+Every reader ends here, so the format rules of docs/format.md live in one place: what counts as a
+series, steps and segments, events and malformed lines; what each reserved key and value means
+is :mod:`~trainwatch.record_values`'.
 """
 
 from __future__ import annotations
@@ -15,68 +16,17 @@ from typing import Any
 import numpy as np
 
 from trainwatch.batch import Event, Malformed, RecordBatch, Rewind, SeriesChunk
-
-RESERVED = frozenset({"step", "time", "event", "rank"})
-NONFINITE_STRINGS = {
-    "nan": math.nan,
-    "+nan": math.nan,
-    "-nan": math.nan,
-    "inf": math.inf,
-    "+inf": math.inf,
-    "-inf": -math.inf,
-    "infinity": math.inf,
-    "+infinity": math.inf,
-    "-infinity": -math.inf,
-}
-MAX_KEYS_PER_RECORD = 4096
-"""Guards against a pathological record turning into thousands of series."""
-
-
-def numeric_value(v: Any) -> float | None:
-    """The float a JSON value stands for as a metric, or None when it is not a metric value.
-
-    Booleans are not metrics. The strings "nan", "inf", "-inf" (any case) are non-finite values,
-    because some writers quote them to stay inside strict JSON.
-    """
-    t = type(v)
-    if t is float:
-        return v
-    if t is int:
-        try:
-            return float(v)
-        except OverflowError:
-            return math.inf if v > 0 else -math.inf
-    if t is str and len(v) <= 10:
-        return NONFINITE_STRINGS.get(v.strip().lower())
-    return None
-
-
-def flatten(obj: Mapping[str, Any], prefix: str = "", out: dict[str, Any] | None = None) -> dict[str, Any]:
-    """``{"train": {"loss": 1}}`` -> ``{"train/loss": 1}``."""
-    if out is None:
-        out = {}
-    for k, v in obj.items():
-        key = f"{prefix}{k}"
-        if type(v) is dict:
-            flatten(v, key + "/", out)
-        else:
-            out[key] = v
-    return out
-
-
-MAX_STEP = 2**62
-"""Steps at or past this (either sign) count as absent: no run takes that many, and int64
-arrays hold steps (a cast of 1e20 would wrap to int64's minimum)."""
-
-
-def coerce_step(v: Any) -> int | None:
-    """A record's own step, or None when it has none usable (then the record index is used)."""
-    t = type(v)
-    if t is int:
-        return v if -MAX_STEP < v < MAX_STEP else None
-    if t is float and -MAX_STEP < v < MAX_STEP:  # (False for NaN and inf)
-        return int(v)
-    return None
+from trainwatch.record_values import (
+    MAX_KEYS_PER_RECORD,
+    RESERVED,
+    coerce_step,
+    coerce_time,
+    fill_times,
+    finite_or_nan,
+    flatten,
+    numeric_value,
+    step_or_nan,
+)
 
 
 def _read_only(*arrays: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -84,46 +34,6 @@ def _read_only(*arrays: np.ndarray) -> tuple[np.ndarray, ...]:
     for a in arrays:
         a.flags.writeable = False
     return arrays
-
-
-def _finite_or_nan(col: np.ndarray) -> np.ndarray:
-    """``col`` with +-inf as NaN (a reserved key's "absent")."""
-    inf = np.isinf(col)
-    return np.where(inf, np.nan, col) if inf.any() else col
-
-
-def _step_or_nan(col: np.ndarray) -> np.ndarray:
-    """A step column truncated, with values :func:`coerce_step` refuses as NaN ("absent")."""
-    col = np.trunc(col)
-    bad = ~(np.abs(col) < MAX_STEP)  # NaN, inf and the out-of-range
-    return np.where(bad, np.nan, col) if bad.any() else col
-
-
-def fill_times(times: np.ndarray, carried: float | None, clock: Callable[[], float]) -> np.ndarray:
-    """Record times with the absent ones (NaN) filled: a record without a time of its own was
-    written after the last one that had one, so it takes that time (``carried``: from an earlier
-    read); one before any such record takes the first own time after it in this read, and only
-    where the stream has given none at all the time it is read (``clock``). Filling each with
-    the read time put "now" between a script's timed records (say, one timed record in ten): a
-    backfill saw an hour's silence before every timed record, a run's duration ran to now."""
-    absent = np.isnan(times)
-    own = np.flatnonzero(~absent)
-    if own.size == 0:
-        return np.full(times.shape[0], clock() if carried is None else carried)
-    last_own = np.where(absent, -1, np.arange(times.shape[0]))
-    np.maximum.accumulate(last_own, out=last_own)
-    filled = times[np.maximum(last_own, 0)]
-    head = int(own[0])  # records before the read's first own time
-    if head:
-        filled[:head] = times[head] if carried is None else carried
-    return filled
-
-
-def coerce_time(v: Any) -> float | None:
-    t = type(v)
-    if (t is float or t is int) and math.isfinite(v):
-        return float(v)
-    return None
 
 
 @dataclass
@@ -265,8 +175,8 @@ class BatchBuilder:
         nan = np.full(n, np.nan)
         self._pos.append(pos.astype(np.int64, copy=False))
         self._line.append(lines.astype(np.int64, copy=False))
-        self._step.append(_step_or_nan(columns["step"]) if "step" in columns else nan)
-        self._time.append(_finite_or_nan(columns["time"]) if "time" in columns else nan)
+        self._step.append(step_or_nan(columns["step"]) if "step" in columns else nan)
+        self._time.append(finite_or_nan(columns["time"]) if "time" in columns else nan)
         self._is_event.append(np.zeros(n, dtype=bool))
         offset = self._n_records
         block: dict[str, tuple[np.ndarray, np.ndarray]] = {}

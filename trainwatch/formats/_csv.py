@@ -12,7 +12,7 @@ import csv
 import math
 from typing import Any
 
-from trainwatch.builder import NONFINITE_STRINGS
+from trainwatch.record_values import NONFINITE_STRINGS
 
 ABSENT_CELLS = frozenset({"", "na", "n/a", "none", "null"})
 """Cells that mean "not logged in this row"."""
