@@ -643,3 +643,19 @@ def test_a_backlog_is_judged_by_when_its_file_was_written(tmp_path, written_ago,
     assert bool(got) == stalls, got
     if stalls:
         assert got[0].evidence["silence_s"] == pytest.approx(written_ago, abs=30)
+
+
+def test_a_start_step_is_information_and_a_failed_one_a_warning(tmp_path):
+    """The header's second line marks what asks for attention with a warning sign; the start of
+    a run launched here ("started pid N") is information and was shown with one too."""
+    from trainwatch.tui.header import header_info, notice_text
+
+    m = _model(tmp_path, [{"step": 1, "time": 1.0, "loss": 1.0}])
+    info = header_info(m, run_state(m, now=1e9), 1e9, read_only=False,
+                       status="started pid 42 in runs/x")
+    line = notice_text(info).plain
+    assert "▸ started pid 42 in runs/x" in line and "⚠" not in line
+    info = header_info(m, run_state(m, now=1e9), 1e9, read_only=False,
+                       notices=("could not start: no such config",))
+    assert "⚠ could not start: no such config" in notice_text(info).plain
+    assert notice_text(header_info(m, run_state(m, now=1e9), 1e9, read_only=False)) is None

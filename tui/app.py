@@ -314,11 +314,13 @@ class TrainwatchApp(ViewActions, RunControl, AlertFeed, Redraws, App[int]):
         if model.malformed:
             notes.append(malformed_note(model))
         status = self.status_note(model.run_id)
-        if status:
+        failed = bool(self.control_status.get(model.run_id, ("", 0.0, False))[2])
+        if status and failed:  # a start or stop that failed asks for attention
             notes.append(status)
         return header_info(model, self.state_of(model.run_id), self.config.clock(), self.read_only,
                            tuple(notes[-3:]), 1 + len(self.overlay_models()),
-                           process=self._process.get(model.run_id))
+                           process=self._process.get(model.run_id),
+                           status=None if failed else status)
 
     def _notice(self, run_id: str, text: str) -> None:
         notes = self.notices.setdefault(run_id, [])

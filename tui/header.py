@@ -43,11 +43,14 @@ class HeaderInfo:
     notices: tuple[str, ...]
     runs: int = 1
     """Runs shown (the current one plus overlays)."""
+    status: str | None = None
+    """The newest start/stop step of a run started here ("started pid N in DIR"): information,
+    shown apart from the notices, which each ask for attention (a failed step is a notice)."""
 
 
 def header_info(
     model: RunModel, state: str, now: float, read_only: bool, notices: tuple[str, ...] = (),
-    runs: int = 1, process: Any = None,
+    runs: int = 1, process: Any = None, status: str | None = None,
 ) -> HeaderInfo:
     """What the header shows for ``model`` in ``state`` (from :func:`run_state`) at ``now``.
 
@@ -78,7 +81,7 @@ def header_info(
         run=model.run_id, state=label, step=model.last_step, total=model.total_steps,
         elapsed=elapsed, eta=eta, speed=_speed(model, rate), age=age,
         read_only=read_only, loading=None if model.loaded else model.progress,
-        notices=notices, runs=runs,
+        notices=notices, runs=runs, status=status,
     )
 
 
@@ -163,7 +166,7 @@ def header_text(info: HeaderInfo, width: int = 200) -> Text:
 
 def notice_text(info: HeaderInfo, width: int = 40) -> Text | None:
     """The second line: history loading progress and file notices; None when there is none."""
-    if info.loading is None and not info.notices:
+    if info.loading is None and not info.notices and not info.status:
         return None
     t = Text(no_wrap=True, overflow="ellipsis", end="")
     if info.loading is not None:
@@ -174,6 +177,9 @@ def notice_text(info: HeaderInfo, width: int = 40) -> Text | None:
     for n in info.notices:
         t.append("  ⚠ ", style="yellow")
         t.append(clean(n, 200), style="yellow")
+    if info.status:
+        t.append("  ▸ ", style="cyan")
+        t.append(clean(info.status, 200), style="dim")
     return t
 
 
