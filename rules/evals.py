@@ -12,6 +12,7 @@ however the stream is batched).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from trainwatch.rules.stats import small_median
@@ -51,3 +52,17 @@ class EvalPool:
         self._pool.append(value)
         self._pool_step = step
         return out
+
+    def judged(self, values: list[float], steps: list[int]) -> Iterator[tuple[int, float, int]]:
+        """Each evaluation of a frame to judge now, as (index of the evaluation that makes it,
+        value, step): :meth:`push` for each while they may be dense, and once they are known
+        sparse each one as it is, with no call per evaluation."""
+        sparse = self.dense is False
+        for i, (value, step) in enumerate(zip(values, steps)):
+            if not sparse:
+                out = self.push(value, step)  # dense evaluations are judged pooled
+                if out is None:
+                    continue
+                value, step = out
+                sparse = self.dense is False
+            yield i, value, step

@@ -117,22 +117,16 @@ class OverfitRule(Rule):
         val = val.finite()
         hits: list[Hit] = []
         # the latest train block completed at or before each evaluation's record
+        # (set at each judged evaluation: ks rises with the records, so an evaluation the pool
+        # holds back would only have set what the next judged one sets again)
         ks = b.pos.searchsorted(val.pos, side="right").tolist() if len(b) else None
         meds = b.med.tolist()
-        pool = self.pool
-        sparse = pool.dense is False  # (then each evaluation is judged as it is: no call)
-        for i, (v, pos, step) in enumerate(zip(val.values.tolist(), val.pos.tolist(),
-                                               val.steps.tolist())):
+        poss = val.pos.tolist()
+        for i, v, step in self.pool.judged(val.values.tolist(), val.steps.tolist()):
             k = ks[i] if ks is not None else 0
             if k:
                 self.train_now = meds[k - 1]
-            if not sparse:
-                judged = pool.push(v, step)  # dense evaluations are judged pooled
-                if judged is None:
-                    continue
-                v, step = judged
-                sparse = pool.dense is False
-            hit = self._eval(frame, val, i, v, pos, step)
+            hit = self._eval(frame, val, i, v, poss[i], step)
             if hit is not None:
                 hits.append(hit)
         if len(b):

@@ -318,16 +318,9 @@ class PlateauRule(LossBlockRule, PlateauAlert):
         # evaluation every few hundred points, each one a few attribute writes otherwise)
         count, best, best_step = self.v_count, self.v_best, self.v_best_step
         wait, rearm = self.v_wait, self.v_rearm_below
-        pool = self.v_pool
-        sparse = pool.dense is False  # (then each evaluation is judged as it is: no call)
-        for i, (x, step, pos) in enumerate(zip(pts.values.tolist(), pts.steps.tolist(),
-                                               pts.pos.tolist())):
-            if not sparse:
-                judged = pool.push(x, step)  # dense evaluations are judged pooled
-                if judged is None:
-                    continue
-                x, step = judged
-                sparse = pool.dense is False
+        poss = pts.pos.tolist()
+        for i, x, step in self.v_pool.judged(pts.values.tolist(), pts.steps.tolist()):
+            pos = poss[i]
             recent.append(x)
             count += 1
             if count % 4 == 1:  # the noise estimate is refreshed every 4 evaluations

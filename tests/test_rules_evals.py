@@ -53,3 +53,21 @@ def test_pooled_evaluations_still_catch_overfitting_live_as_whole() -> None:
     for b in parse_live(data, seed=3, max_lines=40):
         e.feed(b)
     assert [(a.step, a.severity) for a in e.alerts if a.rule == "overfit"] == whole
+
+
+def test_judged_gives_what_push_gives_frame_by_frame() -> None:
+    """``judged`` (the loop overfit and plateau share) yields, with the index of the evaluation
+    that makes it, exactly what pushing each evaluation would, however the frames are cut."""
+    rng = np.random.default_rng(3)
+    for steps in (list(range(0, 3000, 500)), list(range(0, 300, 2))):
+        values = rng.normal(1.0, 0.1, len(steps)).tolist()
+        ref, want = EvalPool(50), []
+        for i, (v, s) in enumerate(zip(values, steps)):
+            out = ref.push(v, s)
+            if out is not None:
+                want.append((i, *out))
+        for cut in (1, 7, len(steps)):
+            pool, got = EvalPool(50), []
+            for a in range(0, len(steps), cut):
+                got += [(a + i, v, s) for i, v, s in pool.judged(values[a:a + cut], steps[a:a + cut])]
+            assert got == want
