@@ -313,8 +313,7 @@ class TrainwatchApp(ViewActions, RunControl, AlertFeed, Redraws, App[int]):
         notes += [f.text for f in model.files.values() if f.state in ("waiting", "error") and f.text]
         if model.malformed:
             notes.append(malformed_note(model))
-        status = self.status_note(model.run_id)
-        failed = bool(self.control_status.get(model.run_id, ("", 0.0, False))[2])
+        status, failed = self.status_note(model.run_id) or (None, False)
         if status and failed:  # a start or stop that failed asks for attention
             notes.append(status)
         return header_info(model, self.state_of(model.run_id), self.config.clock(), self.read_only,

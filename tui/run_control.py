@@ -77,13 +77,14 @@ class RunControl(_Base):
         self.control_status[run_id] = (text, time.monotonic(), error)
         self._mark(full=True)
 
-    def status_note(self, run_id: str) -> str | None:
-        """The run's newest start/stop step, while it is recent (or an error)."""
+    def status_note(self, run_id: str) -> tuple[str, bool] | None:
+        """The run's newest start/stop step and whether it failed, while it is recent (a failed
+        one until the next)."""
         entry = self.control_status.get(run_id)
         if entry is None:
             return None
         text, at, error = entry
-        return text if error or time.monotonic() - at < STATUS_SHOW_S else None
+        return (text, error) if error or time.monotonic() - at < STATUS_SHOW_S else None
 
     def adopt_run(self, root: Path) -> None:
         """Count a run started through the supervisor by whoever built this app (``trainwatch
