@@ -44,7 +44,7 @@ from bench.synthetic import (
     zero_clean_run,
 )
 from trainwatch.rules import RuleEngine, load_rules_config
-from trainwatch.rules.alert import Alert
+from trainwatch.rules.engine.alert import Alert
 
 
 def bench_runs(quick: bool) -> list[tuple[SyntheticRun, str, int]]:

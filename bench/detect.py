@@ -54,8 +54,8 @@ from bench.synthetic import (
 )
 from trainwatch.load import LoadedRun
 from trainwatch.rules import RuleEngine, load_rules_config
-from trainwatch.rules.alert import SEVERITY_RANK, Alert
-from trainwatch.rules.check import feed_run
+from trainwatch.rules.commands.check import feed_run
+from trainwatch.rules.engine.alert import SEVERITY_RANK, Alert
 
 RECALL_TARGET = 0.95
 FA_TARGET = 1.0

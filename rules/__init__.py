@@ -9,11 +9,11 @@ This package never imports textual, rich, plotext or torch.
 
 from __future__ import annotations
 
-from trainwatch.rules.alert import SEVERITY_RANK, Alert, Cause, Severity
-from trainwatch.rules.config import CustomRuleConfig, RulesConfig, load_rules_config
-from trainwatch.rules.engine import RuleEngine
-from trainwatch.rules.models import RULE_IDS
-from trainwatch.rules.schema import ConfigError
+from trainwatch.rules.config.loading import CustomRuleConfig, RulesConfig, load_rules_config
+from trainwatch.rules.config.models import RULE_IDS
+from trainwatch.rules.config.schema import ConfigError
+from trainwatch.rules.engine.alert import SEVERITY_RANK, Alert, Cause, Severity
+from trainwatch.rules.engine.engine import RuleEngine
 
 __all__ = [
     "RULE_IDS",

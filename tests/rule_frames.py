@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from trainwatch.rules.base import Context, Frame, Points, Rule
+from trainwatch.rules.engine.base import Context, Frame, Points, Rule
 
 
 def frames_of(cols: Mapping[str, np.ndarray], cuts: Sequence[int],

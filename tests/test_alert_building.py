@@ -16,23 +16,16 @@ import numpy as np
 import pytest
 
 from trainwatch.load import LoadedRun
-from trainwatch.rules import (
-    RuleEngine,
-    divergence,
-    growth_alerts,
-    load_rules_config,
-    lr,
-    overfit,
-    plateau,
-    spikes,
-    stalled,
-    stream,
-    throughput,
-    vanishing,
-)
-from trainwatch.rules.alert import Alert, Cause
-from trainwatch.rules.base import Rule, make_hit, r6, rank_causes
-from trainwatch.rules.check import feed_run
+from trainwatch.rules import RuleEngine, load_rules_config
+from trainwatch.rules.builtin import divergence, growth_alerts, overfit, plateau, spikes
+from trainwatch.rules.builtin import grad_vanishing as vanishing
+from trainwatch.rules.builtin import learning_stalled as stalled
+from trainwatch.rules.builtin import lr_exhausted as lr
+from trainwatch.rules.builtin import stalled_stream as stream
+from trainwatch.rules.builtin import throughput_drop as throughput
+from trainwatch.rules.commands.check import feed_run
+from trainwatch.rules.engine.alert import Alert, Cause
+from trainwatch.rules.engine.base import Rule, make_hit, r6, rank_causes
 
 # bench/ is not a package of the project: make the repository root importable
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

@@ -1,4 +1,4 @@
-"""A lazy block stream's noise history (rules/block_stream.py): a push whose noise is read keeps
+"""A lazy block stream's noise history (rules/detectors/block_stream.py): a push whose noise is read keeps
 the relative errors of the stream's last blocks, and the next push reads its history from there
 instead of recomputing it; pushes whose noise nobody read are computed from their rows. Either
 way the blocks are an eager stream's, to the bit, whatever the order of reads."""
@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from trainwatch.rules.base import Points
-from trainwatch.rules.block_stream import BlockStream
+from trainwatch.rules.detectors.block_stream import BlockStream
+from trainwatch.rules.engine.base import Points
 
 
 def _points(v: np.ndarray, start: int) -> Points:

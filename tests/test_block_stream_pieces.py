@@ -1,14 +1,14 @@
 """A block stream pushed in pieces of every size gives the blocks of the stream pushed whole, to
 the bit: a push of a few blocks makes them on Python floats, a long one in numpy
-(rules/block_stream.py), and a lazy stream's spread is computed either way when read."""
+(rules/detectors/block_stream.py), and a lazy stream's spread is computed either way when read."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from trainwatch.rules.base import Points
-from trainwatch.rules.block_stream import PY_BLOCKS, BlockStream
+from trainwatch.rules.detectors.block_stream import PY_BLOCKS, BlockStream
+from trainwatch.rules.engine.base import Points
 
 
 def _points(v: np.ndarray, start: int) -> Points:

@@ -13,8 +13,7 @@ import pytest
 from trainwatch.formats.jsonl import JsonlParser
 from trainwatch.load import load_run
 from trainwatch.rules import load_rules_config
-from trainwatch.rules.alert import Alert, Cause
-from trainwatch.rules.check import (
+from trainwatch.rules.commands.check import (
     CheckResult,
     count_steps,
     exit_code,
@@ -23,6 +22,7 @@ from trainwatch.rules.check import (
     run_check,
     summarize,
 )
+from trainwatch.rules.engine.alert import Alert, Cause
 
 # bench/ is not a package of the project: make the repository root importable
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))

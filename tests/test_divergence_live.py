@@ -1,6 +1,6 @@
 """``divergence`` on live-sized frames: the per-block reference reads its levels and jumps on
 Python floats, and a block below the lower rise bar reads no MAD, noise or scatter; a short push
-makes its blocks on Python floats (rules/block_stream.py). Each is held here to the array form
+makes its blocks on Python floats (rules/detectors/block_stream.py). Each is held here to the array form
 or the definition, to the bit, and the alerts of a file read live to those of the file read
 whole."""
 
@@ -18,19 +18,8 @@ from test_rules_data import parse_live
 from bench.synthetic import fault_run
 from trainwatch.load import LoadedRun
 from trainwatch.rules import RuleEngine, load_rules_config
-from trainwatch.rules.base import Context
-from trainwatch.rules.block_levels import (
-    block_jumps,
-    block_levels,
-    jump_list,
-    level_at,
-    scatter_at_list,
-)
-from trainwatch.rules.block_stream import Blocks
-from trainwatch.rules.block_wander import EVERY, HISTORY, wander
-from trainwatch.rules.check import feed_run
-from trainwatch.rules.divergence import DivergenceRule
-from trainwatch.rules.divergence_bars import (
+from trainwatch.rules.builtin.divergence import DivergenceRule
+from trainwatch.rules.builtin.divergence_bars import (
     bar_scale,
     error_levels,
     error_rise,
@@ -38,6 +27,17 @@ from trainwatch.rules.divergence_bars import (
     noise_levels,
     noise_rise,
 )
+from trainwatch.rules.commands.check import feed_run
+from trainwatch.rules.detectors.block_levels import (
+    block_jumps,
+    block_levels,
+    jump_list,
+    level_at,
+    scatter_at_list,
+)
+from trainwatch.rules.detectors.block_stream import Blocks
+from trainwatch.rules.detectors.block_wander import EVERY, HISTORY, wander
+from trainwatch.rules.engine.base import Context
 
 
 @pytest.mark.parametrize("seed", range(4))

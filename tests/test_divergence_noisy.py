@@ -17,9 +17,8 @@ from rule_frames import fast_and_reference, feed_alike, frames_of
 from bench.synthetic import NOISY_DRAWS, clean_run, noisy_flat_run, parse_chunks
 from trainwatch.load import LoadedRun
 from trainwatch.rules import RuleEngine, load_rules_config
-from trainwatch.rules.check import feed_run
-from trainwatch.rules.divergence import DivergenceRule
-from trainwatch.rules.divergence_bars import (
+from trainwatch.rules.builtin.divergence import DivergenceRule
+from trainwatch.rules.builtin.divergence_bars import (
     MAD_SCALE,
     bar_scale,
     bar_scales,
@@ -29,6 +28,7 @@ from trainwatch.rules.divergence_bars import (
     noise_rise,
     run_error,
 )
+from trainwatch.rules.commands.check import feed_run
 
 _SLOW_FROM = 3
 """Seeds from this one on run with the slow tests only (10 in all)."""

@@ -13,10 +13,10 @@ import pytest
 from rule_frames import fast_and_reference, feed_alike, frames_of
 
 from trainwatch.rules import load_rules_config
-from trainwatch.rules.base import Context, Points
-from trainwatch.rules.block_stream import Blocks, BlockStream
-from trainwatch.rules.blocks import shared_blocks
-from trainwatch.rules.divergence import DivergenceRule
+from trainwatch.rules.builtin.divergence import DivergenceRule
+from trainwatch.rules.detectors.block_stream import Blocks, BlockStream
+from trainwatch.rules.detectors.blocks import shared_blocks
+from trainwatch.rules.engine.base import Context, Points
 
 
 def _blocks(loss: np.ndarray, cuts: list[int], nonzero: bool, k: int = 25) -> list[Blocks]:

@@ -147,7 +147,7 @@ def test_public_api() -> None:
 
 
 def test_no_ui_or_torch_imports() -> None:
-    code = ("import sys, trainwatch.rules, trainwatch.rules.engine; "
+    code = ("import sys, trainwatch.rules, trainwatch.rules.engine.engine; "
             "bad = [m for m in ('textual', 'rich', 'plotext', 'torch') if m in sys.modules]; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
@@ -156,14 +156,14 @@ def test_no_ui_or_torch_imports() -> None:
 def test_fast_paths_match_the_plain_loops(monkeypatch: pytest.MonkeyPatch) -> None:
     """Runs of quiet blocks are taken in one vectorised step, and quiet frames skip what cannot
     fire; the plain per-block loops and full computations are the reference."""
-    from trainwatch.rules.divergence import DivergenceRule
-    from trainwatch.rules.lr import LrExhaustedRule
-    from trainwatch.rules.memory import GrowthAnalysis
-    from trainwatch.rules.plateau import PlateauRule
-    from trainwatch.rules.stalled import LearningStalledRule
-    from trainwatch.rules.stream import StalledStreamRule
-    from trainwatch.rules.throughput import ThroughputDropRule
-    from trainwatch.rules.vanishing import GradVanishingRule
+    from trainwatch.rules.builtin.divergence import DivergenceRule
+    from trainwatch.rules.builtin.grad_vanishing import GradVanishingRule
+    from trainwatch.rules.builtin.learning_stalled import LearningStalledRule
+    from trainwatch.rules.builtin.lr_exhausted import LrExhaustedRule
+    from trainwatch.rules.builtin.memory_growth import GrowthAnalysis
+    from trainwatch.rules.builtin.plateau import PlateauRule
+    from trainwatch.rules.builtin.stalled_stream import StalledStreamRule
+    from trainwatch.rules.builtin.throughput_drop import ThroughputDropRule
 
     datas = [_faulty(s) for s in range(4)]
     for seed in range(4):  # plus divergence, vanishing gradients and a long plateau
@@ -274,7 +274,7 @@ def test_arrival_times_do_not_change_what_feed_returns() -> None:
 def test_context_recent_and_count_before_against_the_whole_history(seed: int) -> None:
     """What rules ask the context about a role (the last n finite values at or before a record,
     the finite points before one) equals a direct reading of every point fed so far."""
-    from trainwatch.rules.base import HISTORY, Context, Frame, Points
+    from trainwatch.rules.engine.base import HISTORY, Context, Frame, Points
 
     rng = np.random.default_rng(seed)
     ctx = Context()
@@ -338,7 +338,7 @@ def test_equally_ranked_names_resolve_the_same_in_any_order() -> None:
 def test_rules_are_built_per_config_in_frame_order(tmp_path: Path) -> None:
     """The engine builds from a plan kept per config: the same rules in the same order as the
     config says, whichever config an engine of the same process was built from before."""
-    from trainwatch.rules.engine import _FRAME_RULES
+    from trainwatch.rules.engine.engine import _FRAME_RULES
 
     off = tmp_path / "off.yaml"
     off.write_text("plateau: false\nmemory_growth: false\nstalled_stream: false\n"

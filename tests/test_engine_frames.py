@@ -12,7 +12,7 @@ import pytest
 from trainwatch.batch import concat_batches
 from trainwatch.formats.jsonl import JsonlParser
 from trainwatch.rules import RuleEngine, load_rules_config
-from trainwatch.rules.base import Frame, Points
+from trainwatch.rules.engine.base import Frame, Points
 
 CFG = load_rules_config()
 

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from rule_frames import fast_and_reference, feed_alike, frames_of
 
-from trainwatch.rules.config import load_rules_config
-from trainwatch.rules.lr import LrExhaustedRule
-from trainwatch.rules.lr_calm import too_short
+from trainwatch.rules.builtin.lr_exhausted import LrExhaustedRule
+from trainwatch.rules.config.loading import load_rules_config
+from trainwatch.rules.detectors.lr_calm import too_short
 
 
 def _lr_shape(rng: np.random.Generator, n: int, peak: float) -> np.ndarray:

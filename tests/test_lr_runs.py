@@ -1,13 +1,13 @@
 """``lr_exhausted``'s runs of points at the LR floor or ~0, taken from their change points,
-against :func:`~trainwatch.rules.stats.true_runs` point by point."""
+against :func:`~trainwatch.rules.detectors.stats.true_runs` point by point."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from trainwatch.rules.lr import runs_of
-from trainwatch.rules.stats import true_runs
+from trainwatch.rules.builtin.lr_exhausted import runs_of
+from trainwatch.rules.detectors.stats import true_runs
 
 
 def _reference(cond: np.ndarray, carried: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -37,10 +37,10 @@ def test_clear_is_quiet_without_the_running_peak(seed: int) -> None:
     """``_clear`` (the frame's lowest point against its highest peak, then only the points under
     that bar against their running peak) says exactly what ``_quiet`` (every point against its
     running peak) says, with the candidates in Python floats or in arrays."""
-    from trainwatch.rules.base import Context
-    from trainwatch.rules.config import load_rules_config
-    from trainwatch.rules.lr import LrExhaustedRule
-    from trainwatch.rules.lr_calm import FEW
+    from trainwatch.rules.builtin.lr_exhausted import LrExhaustedRule
+    from trainwatch.rules.config.loading import load_rules_config
+    from trainwatch.rules.detectors.lr_calm import FEW
+    from trainwatch.rules.engine.base import Context
 
     rule = LrExhaustedRule(load_rules_config().rules["lr_exhausted"], Context())
     rng = np.random.default_rng(seed)

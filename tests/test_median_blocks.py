@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from trainwatch.rules.base import Points
-from trainwatch.rules.median_blocks import SHORT, MedianBlocks
+from trainwatch.rules.detectors.median_blocks import SHORT, MedianBlocks
+from trainwatch.rules.engine.base import Points
 
 
 def _values(rng: np.random.Generator, n: int) -> np.ndarray:

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from rule_frames import fast_and_reference, feed_alike, frames_of
 
-from trainwatch.rules.base import Points
-from trainwatch.rules.nan_inf import _rows, _rows_sorted
+from trainwatch.rules.builtin.nan_inf import _rows, _rows_sorted
+from trainwatch.rules.engine.base import Points
 
 ROLES = ("loss", "val_loss", "grad_norm", "lr", "extra")
 
@@ -44,8 +44,8 @@ def test_rows_match_the_sorted_reference(seed: int) -> None:
 @pytest.mark.parametrize("seed", range(4))
 def test_rule_matches_the_sorted_reference(seed: int) -> None:
     """The whole rule, frame by frame (episodes that span frames, escalations, cooldowns)."""
-    from trainwatch.rules.config import load_rules_config
-    from trainwatch.rules.nan_inf import NanInfRule
+    from trainwatch.rules.builtin.nan_inf import NanInfRule
+    from trainwatch.rules.config.loading import load_rules_config
 
     cfg = load_rules_config().rules["nan_inf"]
     rng = np.random.default_rng(seed)

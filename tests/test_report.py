@@ -14,8 +14,7 @@ import pytest
 from trainwatch.formats.jsonl import JsonlParser
 from trainwatch.load import load_run
 from trainwatch.rules import load_rules_config
-from trainwatch.rules.alert import Alert, Cause
-from trainwatch.rules.report import (
+from trainwatch.rules.commands.report import (
     Series,
     build_report,
     classify_lr,
@@ -28,6 +27,7 @@ from trainwatch.rules.report import (
     summarize_metric,
     tail_trend,
 )
+from trainwatch.rules.engine.alert import Alert, Cause
 
 # bench/ is not a package of the project: make the repository root importable
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))

@@ -18,7 +18,7 @@ from test_rules_data import clean, idx, set_loss, to_jsonl
 
 from trainwatch.formats.jsonl import JsonlParser
 from trainwatch.rules import RuleEngine, load_rules_config
-from trainwatch.rules.divergence import DivergenceRule
+from trainwatch.rules.builtin.divergence import DivergenceRule
 
 
 def _fast_falling(seed: int) -> dict[str, Any]:

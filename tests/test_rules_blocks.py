@@ -1,6 +1,6 @@
 """The block-median rules' two paths: runs of quiet blocks taken in one vectorised step must give
 the same alerts as the per-block reference, in frames long enough for the vectorised step to run
-(:data:`~trainwatch.rules.blocks.MIN_FAST` blocks or more) and in live-sized ones."""
+(:data:`~trainwatch.rules.detectors.blocks.MIN_FAST` blocks or more) and in live-sized ones."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ import pytest
 from test_rules_data import clean, idx, parse_all, parse_live, set_loss, to_jsonl
 
 from trainwatch.rules import RuleEngine, load_rules_config
-from trainwatch.rules.blocks import drive
-from trainwatch.rules.divergence import DivergenceRule
-from trainwatch.rules.plateau import PlateauRule
-from trainwatch.rules.throughput import ThroughputDropRule
+from trainwatch.rules.builtin.divergence import DivergenceRule
+from trainwatch.rules.builtin.plateau import PlateauRule
+from trainwatch.rules.builtin.throughput_drop import ThroughputDropRule
+from trainwatch.rules.detectors.blocks import drive
 
 # bench/ is not a package of the project: make the repository root importable
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -190,9 +190,9 @@ def test_plateau_val_best_is_the_definitions_and_skips_needless_noise(
     """An evaluation is a new best when it beats the best by max(val_min_delta, noise_factor x
     the evaluations' noise, refreshed every 4): the rule gets the definition's bests while it
     computes the noise only for evaluations that clear val_min_delta alone."""
-    import trainwatch.rules.plateau as plateau_mod
-    from trainwatch.rules.base import Context, Points
-    from trainwatch.rules.stats import noise_sd
+    import trainwatch.rules.builtin.plateau as plateau_mod
+    from trainwatch.rules.detectors.stats import noise_sd
+    from trainwatch.rules.engine.base import Context, Points
 
     calls = []
 
@@ -240,8 +240,8 @@ def test_plateau_val_best_is_the_definitions_and_skips_needless_noise(
 def test_plateau_vectorised_step_stops_at_a_rearm_even_on_a_slow_improvement() -> None:
     """A block that re-arms the rule and restarts the patience is the per-block path's: the
     vectorised step stops before it, its state that of the blocks before it one by one."""
-    from trainwatch.rules.base import Context
-    from trainwatch.rules.blocks import Blocks
+    from trainwatch.rules.detectors.blocks import Blocks
+    from trainwatch.rules.engine.base import Context
 
     rule = PlateauRule(load_rules_config().rules["plateau"], Context())
     assert rule.cfg.min_delta == 0.01
@@ -267,7 +267,7 @@ def test_plateau_vectorised_step_stops_at_a_rearm_even_on_a_slow_improvement() -
 def test_plateau_first_check_is_the_waits_check(seed: int) -> None:
     """The vectorised step finds its first patience check from the new bests (a constant
     patience): the same block as the check on the array of waits, as it was written first."""
-    from trainwatch.rules.plateau import first_check
+    from trainwatch.rules.builtin.plateau import first_check
 
     rng = np.random.default_rng(seed)
     for _ in range(300):

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from trainwatch.rules import RULE_IDS, ConfigError, RuleEngine, load_rules_config
-from trainwatch.rules.models import RULE_MODELS
+from trainwatch.rules.config.models import RULE_MODELS
 
 
 def write(tmp_path: Path, text: str, name: str = "rules.yaml") -> Path:
@@ -202,7 +202,7 @@ def test_every_message_field_the_config_allows_is_filled_in(tmp_path: Path) -> N
     """The fields the file is checked against are those the rule fills (one list of names)."""
     from trainwatch.formats.jsonl import JsonlParser
     from trainwatch.rules import RuleEngine
-    from trainwatch.rules.config import MESSAGE_FIELDS
+    from trainwatch.rules.config.loading import MESSAGE_FIELDS
 
     template = " ".join(f"{k}={{{k}}}" for k in MESSAGE_FIELDS)
     f = write(tmp_path, f"custom:\n  - {{id: x, metric: loss, above: 1, message: '{template}'}}\n")

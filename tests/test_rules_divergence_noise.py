@@ -1,5 +1,5 @@
 """``divergence`` on a flat loss whose noise is correlated: the between-block scatter and the
-level-based best (rules/divergence.py).
+level-based best (rules/builtin/divergence.py).
 
 The demo's LSTM (state carried between steps) has a loss whose 25-point block medians scatter
 ~3x more than their own spread says; the lowest of many such blocks is a lucky one, and a flat
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from test_rules_data import clean, engine_alerts, idx, of, set_loss, to_jsonl
 
-from trainwatch.rules.block_levels import SCATTER_BLOCKS, block_levels, block_scatter
+from trainwatch.rules.detectors.block_levels import SCATTER_BLOCKS, block_levels, block_scatter
 
 
 def _scatter_reference(med: list[float]) -> list[float]:
@@ -77,8 +77,8 @@ def test_a_flat_loss_with_correlated_noise_rarely_diverges(monkeypatch) -> None:
     assert sum(1 for d in got if d) <= 1, got
     # ...while with each block's own spread as the noise and a single block as the best (the
     # rule before), nearly every one of them "diverged"
-    import trainwatch.rules.block_wander as bw
-    import trainwatch.rules.divergence as dv
+    import trainwatch.rules.builtin.divergence as dv
+    import trainwatch.rules.detectors.block_wander as bw
 
     monkeypatch.setattr(dv, "scatter_at_list", lambda j, e: 0.0)
     monkeypatch.setattr(dv, "scatter_of", lambda j, e: np.zeros(e.shape[0]))
@@ -113,7 +113,7 @@ def test_a_loss_flat_at_zero_does_not_diverge() -> None:
 def test_scatter_at_a_block_is_block_scatters(seed: int) -> None:
     """The rule reads the scatter at a few blocks (scatter_at_list, block by block) or several
     (scatter_of): each value is block_scatter's for the same block, to the bit."""
-    from trainwatch.rules.block_levels import block_jumps, scatter_at_list, scatter_of
+    from trainwatch.rules.detectors.block_levels import block_jumps, scatter_at_list, scatter_of
 
     rng = np.random.default_rng(10 + seed)
     med = 1.0 + 0.1 * rng.standard_normal(60)

@@ -1,5 +1,5 @@
 """``divergence`` on a flat loss whose noise is correlated over thousands of steps: the wander of
-the block medians over long lags (rules/block_wander.py).
+the block medians over long lags (rules/detectors/block_wander.py).
 
 A flat loss with AR(1) noise (phi 0.99 or 0.999, sd 1 % of the level) barely moves from one block
 to the next, so a block's own spread and the scatter between consecutive blocks read low, while
@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 from test_rules_data import engine_alerts, of, parse_live
 
-import trainwatch.rules.block_wander as bw
+import trainwatch.rules.detectors.block_wander as bw
 from trainwatch.rules import RuleEngine, load_rules_config
-from trainwatch.rules.block_wander import (
+from trainwatch.rules.detectors.block_wander import (
     EVERY,
     GAP,
     HISTORY,

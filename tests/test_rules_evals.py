@@ -1,4 +1,4 @@
-"""Dense evaluations are judged pooled (rules/evals.py), sparse ones one by one."""
+"""Dense evaluations are judged pooled (rules/detectors/evals.py), sparse ones one by one."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 from test_rules_data import clean, engine_alerts, idx, of, parse_live, to_jsonl
 
 from trainwatch.rules import RuleEngine, load_rules_config
-from trainwatch.rules.evals import EvalPool
+from trainwatch.rules.detectors.evals import EvalPool
 
 
 def test_sparse_evaluations_pass_through_and_dense_ones_are_pooled_per_window() -> None:

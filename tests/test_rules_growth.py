@@ -12,18 +12,20 @@ import numpy as np
 import pytest
 from test_rules_data import clean, engine_alerts, idx, of, parse_all, parse_live, to_jsonl
 
-from trainwatch.rules import ConfigError, RuleEngine, growth_alerts, load_rules_config, memory
-from trainwatch.rules.base import Points
-from trainwatch.rules.growth import (
+from trainwatch.rules import ConfigError, RuleEngine, load_rules_config
+from trainwatch.rules.builtin import growth_alerts
+from trainwatch.rules.builtin import memory_growth as memory
+from trainwatch.rules.detectors.growth import (
     WindowRho,
     flat_from,
     joint_candidates,
     quick_growth,
     span_growth,
 )
-from trainwatch.rules.rise_shape import LINE_VS_STEP, best_step, steady_rise
-from trainwatch.rules.stats import spearman, theil_sen
-from trainwatch.rules.trend_track import TrendTrack
+from trainwatch.rules.detectors.rise_shape import LINE_VS_STEP, best_step, steady_rise
+from trainwatch.rules.detectors.stats import spearman, theil_sen
+from trainwatch.rules.detectors.trend_track import TrendTrack
+from trainwatch.rules.engine.base import Points
 
 SEEDS = range(6)
 GROWTH_RULES = ("state_detach", "memory_growth")

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from trainwatch.rules import load_rules_config
-from trainwatch.rules.base import Points
-from trainwatch.rules.episode import START, START_ESCALATED, Episode
-from trainwatch.rules.growth_alerts import probe_hits
-from trainwatch.rules.models import DetachConfig
+from trainwatch.rules.builtin.growth_alerts import probe_hits
+from trainwatch.rules.config.models import DetachConfig
+from trainwatch.rules.detectors.episode import START, START_ESCALATED, Episode
+from trainwatch.rules.engine.base import Points
 
 
 @pytest.mark.parametrize("seed", range(4))

@@ -20,9 +20,9 @@ from test_rules_data import parse_live
 
 from trainwatch.formats.jsonl import JsonlParser
 from trainwatch.rules import RuleEngine, load_rules_config
-from trainwatch.rules.base import Points
-from trainwatch.rules.memory import GrowthAnalysis, StateDetachRule
-from trainwatch.rules.trend_track import TrendTrack
+from trainwatch.rules.builtin.memory_growth import GrowthAnalysis, StateDetachRule
+from trainwatch.rules.detectors.trend_track import TrendTrack
+from trainwatch.rules.engine.base import Points
 
 GROWTH_RULES = ("state_detach", "memory_growth")
 
@@ -188,7 +188,7 @@ def test_each_track_holds_what_the_other_windows_read(seed: int) -> None:
 
 
 def test_a_read_span_is_cut_to_its_last_cap_points() -> None:
-    from trainwatch.rules.growth import span_window
+    from trainwatch.rules.detectors.growth import span_window
 
     t = TrendTrack(10).push(Points("t", np.arange(1, 101), np.arange(100.0), np.zeros(100),
                                    np.arange(100)))

@@ -1,6 +1,6 @@
 """The cheap paths of this round, each against its reference:
 
-- a lazy block stream (MAD and noise computed at their first read, rules/blocks.py) gives the
+- a lazy block stream (MAD and noise computed at their first read, rules/detectors/blocks.py) gives the
   eager stream's blocks whether a push's noise is read at once, after later pushes, or never;
 - ``divergence``'s vectorised step, which reads the MAD, noise and scatter only at candidate
   blocks (one by one when they are few, in one go when many), stops at the first block the
@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 from test_rules_blocks import _state
 
-import trainwatch.rules.divergence as dv
+import trainwatch.rules.builtin.divergence as dv
 from trainwatch.rules import load_rules_config
-from trainwatch.rules.base import Context, Points
-from trainwatch.rules.blocks import Blocks, BlockStream
-from trainwatch.rules.divergence import DivergenceRule
+from trainwatch.rules.builtin.divergence import DivergenceRule
+from trainwatch.rules.detectors.blocks import Blocks, BlockStream
+from trainwatch.rules.engine.base import Context, Points
 
 
 def _points(v: np.ndarray, start: int) -> Points:
@@ -105,8 +105,8 @@ def test_lr_peak_taken_when_asked_is_the_highest_lr_before_the_record(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """plateau's LR peak keeps the frames' LR points and takes their highest only when an alert
     asks (and every few frames): the peak at a record is that of every finite LR before it."""
-    from trainwatch.rules.base import Frame
-    from trainwatch.rules.lr_peak import LrPeak
+    from trainwatch.rules.detectors.lr_peak import LrPeak
+    from trainwatch.rules.engine.base import Frame
 
     monkeypatch.setattr(LrPeak, "_KEEP", 3)
     rng = np.random.default_rng(5)
@@ -137,7 +137,7 @@ def test_plateau_defers_only_frames_that_cannot_fire(monkeypatch: pytest.MonkeyP
     from test_rules_data import clean, idx, parse_live, set_loss, to_jsonl
 
     from trainwatch.rules import RuleEngine
-    from trainwatch.rules.plateau import PlateauRule
+    from trainwatch.rules.builtin.plateau import PlateauRule
 
     deferred = [0]
     orig = PlateauRule._settle_train

@@ -13,8 +13,8 @@ from test_rules_data import parse_live
 from bench.synthetic import clean_run
 from trainwatch.load import LoadedRun
 from trainwatch.rules import RuleEngine, load_rules_config
-from trainwatch.rules.check import feed_run
-from trainwatch.rules.vanishing import _JOIN_LATER
+from trainwatch.rules.builtin.grad_vanishing import _JOIN_LATER
+from trainwatch.rules.commands.check import feed_run
 
 
 def test_noted_loss_blocks_stay_bounded_live() -> None:

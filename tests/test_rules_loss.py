@@ -222,8 +222,8 @@ def test_overfit_on_a_slow_rise_early_in_a_steep_curve() -> None:
 
 
 def test_eval_noise_follows_a_power_law_curve() -> None:
-    from trainwatch.rules.overfit import eval_noise
-    from trainwatch.rules.stats import noise_sd
+    from trainwatch.rules.builtin.overfit import eval_noise
+    from trainwatch.rules.detectors.stats import noise_sd
 
     rng = np.random.default_rng(3)
     steps = np.arange(100, 900, 100)
@@ -314,7 +314,7 @@ def test_eval_noise_allows_for_what_the_fit_absorbs() -> None:
     # Gaussian noise of 1 % around a power law, 12 evaluations: the residuals of a 3-parameter
     # fit scatter about sqrt(9 / 12) as much as the points (0.80 % here, median of 1000 draws);
     # the estimate scales them back
-    from trainwatch.rules.overfit import eval_noise
+    from trainwatch.rules.builtin.overfit import eval_noise
 
     rng = np.random.default_rng(5)
     steps = np.arange(1, 13) * 100

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from trainwatch.rules import ordered_trend as ot
-from trainwatch.rules.stats import median, spearman, theil_sen, trend
+from trainwatch.rules.detectors import ordered_trend as ot
+from trainwatch.rules.detectors.stats import median, spearman, theil_sen, trend
 
 
 def _cases(seed: int) -> list[tuple[str, np.ndarray, np.ndarray]]:

@@ -8,9 +8,9 @@ from __future__ import annotations
 import numpy as np
 
 from trainwatch.rules import load_rules_config
-from trainwatch.rules.base import Context, Frame, Points
-from trainwatch.rules.block_stream import BlockStream
-from trainwatch.rules.overfit import OverfitRule
+from trainwatch.rules.builtin.overfit import OverfitRule
+from trainwatch.rules.detectors.block_stream import BlockStream
+from trainwatch.rules.engine.base import Context, Frame, Points
 
 
 def _frame(loss: np.ndarray, start: int) -> Frame:
@@ -51,8 +51,8 @@ def test_median3_is_small_median_to_the_bit() -> None:
     import itertools
     import math
 
-    from trainwatch.rules.overfit import median3
-    from trainwatch.rules.stats import small_median
+    from trainwatch.rules.builtin.overfit import median3
+    from trainwatch.rules.detectors.stats import small_median
 
     rng = np.random.default_rng(3)
     pool = [0.0, -0.0, 1.0, -1.0, 2.5, 1.0, 0.0]

@@ -10,9 +10,9 @@ import pytest
 from test_rules_blocks import _state
 
 from trainwatch.rules import load_rules_config
-from trainwatch.rules.base import Context
-from trainwatch.rules.blocks import Blocks
-from trainwatch.rules.plateau import PlateauRule
+from trainwatch.rules.builtin.plateau import PlateauRule
+from trainwatch.rules.detectors.blocks import Blocks
+from trainwatch.rules.engine.base import Context
 
 
 def _rule(monkeypatch: pytest.MonkeyPatch) -> PlateauRule:

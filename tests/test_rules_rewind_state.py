@@ -17,7 +17,7 @@ import pytest
 
 from bench.synthetic import FAULT_RULES, fault_run, parse_chunks
 from trainwatch.rules import RuleEngine, load_rules_config
-from trainwatch.rules.step_log import StepLog
+from trainwatch.rules.engine.step_log import StepLog
 
 CFG = load_rules_config(None)
 
@@ -62,7 +62,7 @@ def state(x: Any, seen: dict[int, str] | None = None, path: str = "") -> Any:
         return (type(x).__name__, [state(v, seen, path) for v in x])
     if isinstance(x, dict):
         return ("dict", {k: state(v, seen, f"{path}[{k!r}]") for k, v in x.items()})
-    if type(x).__module__ == "trainwatch.rules.models":
+    if type(x).__module__ == "trainwatch.rules.config.models":
         return ("config", id(x))
     if id(x) in seen:
         return ("seen at", seen[id(x)])

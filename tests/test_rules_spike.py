@@ -10,7 +10,7 @@ import pytest
 from test_rules_data import SHAPES, clean, idx, parse_all, to_jsonl
 
 from trainwatch.rules import ConfigError, RuleEngine, load_rules_config
-from trainwatch.rules.spike_detector import SpikeDetector
+from trainwatch.rules.detectors.spike_detector import SpikeDetector
 
 CFG = load_rules_config()
 

@@ -15,7 +15,7 @@ import pytest
 from test_rules_spike_fastpath import _dips_and_spikes
 
 from trainwatch.rules import load_rules_config
-from trainwatch.rules.spike_detector import SpikeDetector
+from trainwatch.rules.detectors.spike_detector import SpikeDetector
 
 CFG = load_rules_config()
 RULES = ("loss_spike", "grad_explosion", "step_time_outlier")
@@ -112,8 +112,8 @@ def test_a_zero_early_maximum_reads_the_same_live_and_whole(lines_per_read: int)
 
     assert evidence(len(lines), live=False) == evidence(lines_per_read, live=True) == []
     # the detector: its early maximum, -0.0 or 0.0 as the points came, reads 0.0 in the evidence
-    from trainwatch.rules.base import Context
-    from trainwatch.rules.spikes import LossSpikeRule
+    from trainwatch.rules.builtin.spikes import LossSpikeRule
+    from trainwatch.rules.engine.base import Context
 
     x = np.array([float(v) for v in vals])
     got = []

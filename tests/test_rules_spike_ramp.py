@@ -15,7 +15,7 @@ from test_rules_data import parse_all, parse_live
 from test_rules_spike import _run
 
 from trainwatch.rules import RuleEngine, load_rules_config
-from trainwatch.rules.spike_detector import SpikeDetector
+from trainwatch.rules.detectors.spike_detector import SpikeDetector
 
 CFG = load_rules_config()
 EARLY = load_rules_config(overrides={"grad_explosion": {"min_points": 64}})

@@ -15,10 +15,10 @@ from test_rules_spike import _run
 from test_rules_spike_fastpath import _dips_and_spikes
 
 from trainwatch.rules import load_rules_config
-from trainwatch.rules.episode import Episode
-from trainwatch.rules.spike_detector import SpikeDetector
-from trainwatch.rules.spike_pass import _row_bar, _row_bars
-from trainwatch.rules.stats import mad_sorted
+from trainwatch.rules.detectors.episode import Episode
+from trainwatch.rules.detectors.spike_detector import SpikeDetector
+from trainwatch.rules.detectors.spike_pass import _row_bar, _row_bars
+from trainwatch.rules.detectors.stats import mad_sorted
 
 CFG = load_rules_config()
 RNG = np.random.default_rng(20261122)

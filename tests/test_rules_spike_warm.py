@@ -14,8 +14,9 @@ import pytest
 from test_rules_spike import _run
 from test_rules_spike_quiet import fed_alike
 
-from trainwatch.rules import load_rules_config, spike_detector, spike_pass
-from trainwatch.rules.spike_detector import SpikeDetector
+from trainwatch.rules import load_rules_config
+from trainwatch.rules.detectors import spike_detector, spike_pass
+from trainwatch.rules.detectors.spike_detector import SpikeDetector
 
 CFG = load_rules_config()
 RULES = ("loss_spike", "grad_explosion", "step_time_outlier")

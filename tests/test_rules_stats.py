@@ -7,11 +7,10 @@ import itertools
 import numpy as np
 import pytest
 
-from trainwatch.rules.base import Points
-from trainwatch.rules.blocks import BlockStream
-from trainwatch.rules.episode import ESCALATE, START, START_ESCALATED, Episode
-from trainwatch.rules.growth import flat_from, quick_growth
-from trainwatch.rules.stats import (
+from trainwatch.rules.detectors.blocks import BlockStream
+from trainwatch.rules.detectors.episode import ESCALATE, START, START_ESCALATED, Episode
+from trainwatch.rules.detectors.growth import flat_from, quick_growth
+from trainwatch.rules.detectors.stats import (
     block_medians,
     distinct,
     improving,
@@ -29,6 +28,7 @@ from trainwatch.rules.stats import (
     window_medians,
     windows,
 )
+from trainwatch.rules.engine.base import Points
 
 RNG = np.random.default_rng(20240601)
 

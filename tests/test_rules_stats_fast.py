@@ -9,8 +9,7 @@ import warnings
 
 import numpy as np
 
-from trainwatch.rules.base import Points
-from trainwatch.rules.stats import (
+from trainwatch.rules.detectors.stats import (
     mad_sorted,
     median_sorted,
     median_sorted_float,
@@ -18,6 +17,7 @@ from trainwatch.rules.stats import (
     strided_rows,
     strided_windows,
 )
+from trainwatch.rules.engine.base import Points
 
 RNG = np.random.default_rng(20261122)
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from trainwatch.rules.stats import nan_median_of_others, nan_median_rows
-from trainwatch.rules.straggler import _shared_steps, median_of_others_full
+from trainwatch.rules.builtin.rank_straggler import _shared_steps, median_of_others_full
+from trainwatch.rules.detectors.stats import nan_median_of_others, nan_median_rows
 
 
 def _reference(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from trainwatch.rules import load_rules_config
-from trainwatch.rules.base import Context
-from trainwatch.rules.stream import _STARTS, StalledStreamRule
+from trainwatch.rules.builtin.stalled_stream import _STARTS, StalledStreamRule
+from trainwatch.rules.engine.base import Context
 
 CFG = load_rules_config().rules["stalled_stream"]
 

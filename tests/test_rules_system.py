@@ -118,7 +118,7 @@ def test_throughput_drop_while_the_reference_fills_matches_the_block_loop(
     run = clean(1200, "exp", seed=at)
     run["throughput"][idx(run, at):idx(run, at + 300)] *= 0.5
     data = to_jsonl(run)
-    from trainwatch.rules.throughput import ThroughputDropRule
+    from trainwatch.rules.builtin.throughput_drop import ThroughputDropRule
 
     def drops(batches: list) -> list[tuple[int, str]]:
         e = RuleEngine(load_rules_config(), live=True)
@@ -250,7 +250,7 @@ def test_straggler_episodes_match_the_per_step_definition() -> None:
     """Runs of slow steps are taken a run at a time; the per-step state machine is the
     reference (carried across calls, as batches arrive)."""
     from trainwatch.roles import DEFAULT_ROLES
-    from trainwatch.rules.straggler import RankStraggler, _RankState
+    from trainwatch.rules.builtin.rank_straggler import RankStraggler, _RankState
 
     cfg = load_rules_config().rules["rank_straggler"]
 

@@ -9,8 +9,8 @@ import math
 import numpy as np
 import pytest
 
-from trainwatch.rules.base import Points
-from trainwatch.rules.trend_track import TrendTrack
+from trainwatch.rules.detectors.trend_track import TrendTrack
+from trainwatch.rules.engine.base import Points
 
 
 def _frames(seed: int, n: int, level: float) -> list[Points]:

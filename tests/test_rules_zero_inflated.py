@@ -21,8 +21,8 @@ from rule_frames import fast_and_reference, feed_alike, frames_of
 from bench.synthetic import SyntheticRun, clean_run, zero_clean_run
 from trainwatch.formats.jsonl import JsonlParser
 from trainwatch.rules import ConfigError, RuleEngine, load_rules_config
-from trainwatch.rules.spikes import _times_median
-from trainwatch.rules.stalled import LearningStalledRule
+from trainwatch.rules.builtin.learning_stalled import LearningStalledRule
+from trainwatch.rules.builtin.spikes import _times_median
 
 
 def _records(loss: np.ndarray, grad: np.ndarray | None = None) -> list[dict]:

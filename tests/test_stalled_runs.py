@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from rule_frames import fast_and_reference, feed_alike, frames_of
 
-from trainwatch.rules.config import load_rules_config
-from trainwatch.rules.stalled import LearningStalledRule
+from trainwatch.rules.builtin.learning_stalled import LearningStalledRule
+from trainwatch.rules.config.loading import load_rules_config
 
 
 def _state(rule: LearningStalledRule) -> str:

@@ -8,7 +8,7 @@ from collections import deque
 
 import numpy as np
 
-from trainwatch.rules.step_log import StepLog
+from trainwatch.rules.engine.step_log import StepLog
 
 
 class _Reference:

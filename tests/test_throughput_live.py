@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from rule_frames import fast_and_reference, feed_alike, frames_of
 
-from trainwatch.rules.config import load_rules_config
-from trainwatch.rules.throughput import ThroughputDropRule
+from trainwatch.rules.builtin.throughput_drop import ThroughputDropRule
+from trainwatch.rules.config.loading import load_rules_config
 
 
 def _state(rule: ThroughputDropRule) -> tuple[object, ...]:

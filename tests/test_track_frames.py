@@ -1,4 +1,4 @@
-"""The reads over a growth track's held frames (:mod:`trainwatch.rules.track_frames`) against
+"""The reads over a growth track's held frames (:mod:`trainwatch.rules.detectors.track_frames`) against
 the same reads on the frames concatenated."""
 
 from __future__ import annotations
@@ -7,7 +7,12 @@ import math
 
 import numpy as np
 
-from trainwatch.rules.track_frames import exact_range, first_counted, held_step, split_range
+from trainwatch.rules.detectors.track_frames import (
+    exact_range,
+    first_counted,
+    held_step,
+    split_range,
+)
 
 
 def _frames(rng: np.random.Generator, sizes: list[int]) -> list[tuple[np.ndarray, np.ndarray]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from trainwatch.rules.alert import Alert
+from trainwatch.rules.engine.alert import Alert
 from trainwatch.tui.alerts_pane import MAX_SHOWN, AlertsPane, alert_line
 from trainwatch.tui.app import AppConfig, TrainwatchApp, make_app
 from trainwatch.tui.once import screen_text

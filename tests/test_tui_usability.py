@@ -12,7 +12,7 @@ import re
 from textual.widgets import Footer
 from textual.widgets._footer import FooterKey
 
-from trainwatch.rules.alert import Alert, Cause
+from trainwatch.rules.engine.alert import Alert, Cause
 from trainwatch.tui.alert_detail import AlertDetailScreen
 from trainwatch.tui.app import AppConfig, make_app
 from trainwatch.tui.chart_screen import ChartScreen

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 from rule_frames import fast_and_reference, feed_alike, frames_of
 
-from trainwatch.rules.base import Context
-from trainwatch.rules.config import load_rules_config
-from trainwatch.rules.vanishing import GradVanishingRule
+from trainwatch.rules.builtin.grad_vanishing import GradVanishingRule
+from trainwatch.rules.config.loading import load_rules_config
+from trainwatch.rules.engine.base import Context
 
 
 def _state(rule: GradVanishingRule) -> str:

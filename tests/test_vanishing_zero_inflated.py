@@ -13,8 +13,8 @@ import pytest
 from test_rules_zero_inflated import _alerts, _records
 
 from bench.synthetic import zero_clean_run
-from trainwatch.rules.base import Points
-from trainwatch.rules.vanishing import grads_off_zero_loss
+from trainwatch.rules.builtin.grad_vanishing import grads_off_zero_loss
+from trainwatch.rules.engine.base import Points
 
 _N = 4000
 _GONE = 1500

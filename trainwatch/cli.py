@@ -162,7 +162,12 @@ def cmd_check(argv: Sequence[str]) -> int:
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.add_argument("--fail-on", choices=("error", "warning", "info", "never"), default="error")
     a = p.parse_args(argv)
-    from trainwatch.rules.check import exit_code, format_check_json, format_check_text, run_check
+    from trainwatch.rules.commands.check import (
+        exit_code,
+        format_check_json,
+        format_check_text,
+        run_check,
+    )
 
     cfg = _load_rules(a.rules)  # first: a bad --rules is reported before a long load
     run = _load_run(a.path)
@@ -184,7 +189,11 @@ def cmd_report(argv: Sequence[str]) -> int:
     p.add_argument("--rules", type=Path, help="YAML file overriding rule settings")
     p.add_argument("--format", choices=("markdown", "json"), default="markdown")
     a = p.parse_args(argv)
-    from trainwatch.rules.report import build_report, format_report_json, format_report_markdown
+    from trainwatch.rules.commands.report import (
+        build_report,
+        format_report_json,
+        format_report_markdown,
+    )
 
     cfg = _load_rules(a.rules)
     run = _load_run(a.path)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from trainwatch.rules.alert import Alert
+from trainwatch.rules.engine.alert import Alert
 
 
 class Engine(Protocol):

@@ -24,7 +24,7 @@ from typing import Any
 
 from trainwatch.batch import RecordBatch
 from trainwatch.load import rank_of
-from trainwatch.rules.alert import Alert
+from trainwatch.rules.engine.alert import Alert
 from trainwatch.tailer import Follower, TailStatus
 from trainwatch.tui.config import Engine, EngineFactory
 from trainwatch.tui.messages import (

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from textual.message import Message
 
 from trainwatch.batch import RecordBatch
-from trainwatch.rules.alert import Alert
+from trainwatch.rules.engine.alert import Alert
 from trainwatch.tui.target import RunSpec, WatchTarget
 
 

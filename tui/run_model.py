@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 
 from trainwatch.batch import RecordBatch
-from trainwatch.rules.alert import SEVERITY_RANK, Alert
-from trainwatch.rules.stats import median
+from trainwatch.rules.detectors.stats import median
+from trainwatch.rules.engine.alert import SEVERITY_RANK, Alert
 from trainwatch.store import SeriesStore
 from trainwatch.tui.target import RunSpec
 

@@ -13,7 +13,7 @@ from typing import Any
 from textual.pilot import Pilot
 
 from trainwatch.batch import RecordBatch
-from trainwatch.rules.alert import Alert, Cause
+from trainwatch.rules.engine.alert import Alert, Cause
 
 
 class FakeEngine:

@@ -1,0 +1,112 @@
+"""User threshold rules from the ``custom:`` list of a rules file.
+
+A rule fires when its metric (a series name, or a role) has been above ``above`` (or below
+``below``) for ``for_steps`` steps: from the first point of the run of violations to the current
+one, ``step - first + 1 >= for_steps``. It fires once per run of violations.
+
+A metric named by role follows the role: when the role moves to another series mid-run (a name
+ranked higher for it appears, perhaps at another scale), the count starts over on the new series
+instead of adding its steps to the old one's. The rule notices the change of series itself (the
+engine cuts a frame where a role moves, so one frame reads one series), which also keeps a
+metric named by a series counting when a role of the same name moves elsewhere.
+"""
+
+from __future__ import annotations
+
+import string
+from typing import Any
+
+import numpy as np
+
+from trainwatch.rules.config.loading import CustomRuleConfig
+from trainwatch.rules.detectors.stats import true_runs
+from trainwatch.rules.engine.base import Context, Frame, Hit, Rule, fmt, r6
+
+
+class _SafeDict(dict[str, Any]):
+    def __missing__(self, key: str) -> str:
+        return "{" + key + "}"
+
+
+def render(template: str, values: dict[str, Any]) -> str:
+    """``str.format_map`` that leaves unknown fields as they are and never raises."""
+    try:
+        return string.Formatter().vformat(template, (), _SafeDict(values))
+    except (ValueError, IndexError, AttributeError, KeyError):
+        return template
+
+
+class CustomRule(Rule):
+    def __init__(self, cfg: CustomRuleConfig, ctx: Context) -> None:
+        super().__init__(cfg, ctx)
+        self.id = cfg.id
+        self.rewind()
+
+    def rewind(self) -> None:
+        self.first: int | None = None
+        """Step of the first point of the current run of violations."""
+        self.fired = False
+        self.series: str | None = None
+        """Name of the series the count was built on (a role's series changes when it moves)."""
+
+    def _points(self, frame: Frame) -> Any:
+        name = self.cfg.metric
+        pts = frame.metric(name)
+        if pts is None and name not in frame.series:
+            pts = frame.role(name)
+        return pts
+
+    def update(self, frame: Frame) -> list[Hit]:
+        cfg: CustomRuleConfig = self.cfg
+        pts = self._points(frame)
+        if pts is None or not len(pts):
+            return []
+        if pts.name != self.series:  # a role moved: its new series starts its own count
+            self.first, self.fired, self.series = None, False, pts.name
+        f = pts.finite()
+        v = f.values
+        bad = np.zeros(v.shape[0], dtype=bool)
+        if cfg.above is not None:
+            bad |= v > cfg.above
+        if cfg.below is not None:
+            bad |= v < cfg.below
+        if not bad.any():
+            self.first, self.fired = None, False
+            return []
+        steps = f.steps
+        _len, rid = true_runs(bad, 1 if self.first is not None else 0)
+        starts = np.flatnonzero(bad & ~np.concatenate(([self.first is not None], bad[:-1])))
+        first = np.where(rid == 0, self.first if self.first is not None else 0,
+                         steps[starts[np.maximum(rid - 1, 0)]] if starts.shape[0] else 0)
+        cond = bad & (steps - first + 1 >= cfg.for_steps)
+        fired = {0} if self.fired else set()
+        hits: list[Hit] = []
+        for i in np.flatnonzero(cond).tolist():
+            r = int(rid[i])
+            if r in fired:
+                continue
+            fired.add(r)
+            hits.append(self._hit(f, i, int(first[i])))
+        if bad[-1]:
+            self.first, self.fired = int(first[-1]), int(rid[-1]) in fired
+        else:
+            self.first, self.fired = None, False
+        return hits
+
+    def _hit(self, f: Any, i: int, since: int) -> Hit:
+        cfg: CustomRuleConfig = self.cfg
+        value = float(f.values[i])
+        high = cfg.above is not None and value > cfg.above
+        threshold = cfg.above if high else cfg.below
+        values = {"metric": f.name, "value": fmt(value), "threshold": fmt(threshold),
+                  "step": int(f.steps[i]), "since": since, "for_steps": cfg.for_steps}
+        if cfg.message:
+            message = render(cfg.message, values)
+        else:
+            side = "above" if high else "below"
+            message = (f"{f.name} is {fmt(value)}, {side} {fmt(threshold)}"
+                       + (f" since step {since}." if cfg.for_steps > 1 else "."))
+        return self.alert(pos=int(f.pos[i]), severity=cfg.severity, step=int(f.steps[i]),
+                          time=float(f.times[i]), metric=f.name, message=message,
+                          evidence={"value": r6(value), "threshold": threshold,
+                                    "since_step": since, "for_steps": cfg.for_steps})

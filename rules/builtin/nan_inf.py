@@ -1,0 +1,207 @@
+"""``nan_inf``: a non-finite loss, val_loss, grad norm or LR (or an opted-in series).
+
+It fires at the first non-finite record of an episode, and ranks causes by what came before:
+a grad-norm blow-up (LR too high, no clipping), a NaN within the run's first points (init, LR,
+data), or no warning sign at all (log(0), a division by zero, a bad batch, fp16 overflow).
+A grad norm that alone goes non-finite while the loss is finite is an fp16 step GradScaler
+skips: a warning, escalated to an error if the loss follows.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import numpy as np
+
+from trainwatch.rules.config.models import NanInfConfig
+from trainwatch.rules.detectors.episode import ESCALATE, START_ESCALATED, Episode
+from trainwatch.rules.detectors.stats import median
+from trainwatch.rules.engine.base import Context, Frame, Hit, Points, Rule, fmt, r6
+
+_ORDER = ("loss", "val_loss", "grad_norm", "lr")
+
+
+@lru_cache(maxsize=16)
+def _in_order(roles: tuple[str, ...]) -> tuple[str, ...]:
+    """The watched roles in reporting order (once per config: every engine asks)."""
+    return tuple(sorted(roles, key=lambda r: _ORDER.index(r) if r in _ORDER else 9))
+
+
+def _word(v: float) -> str:
+    return "NaN" if math.isnan(v) else ("inf" if v > 0 else "-inf")
+
+
+class NanInfRule(Rule):
+    id = "nan_inf"
+    fast = True
+    """Lay the watched series out over the frame's span of records instead of sorting their
+    positions together (tests turn it off to compare)."""
+
+    def __init__(self, cfg: NanInfConfig, ctx: Context) -> None:
+        super().__init__(cfg, ctx)
+        self.episode = Episode(cfg.rearm_points, cfg.cooldown_steps, 0)
+        self._roles = _in_order(cfg.roles)
+
+    def rewind(self) -> None:
+        self.episode.reset()
+
+    def _watched(self, frame: Frame) -> tuple[list[tuple[str, Points]], bool]:
+        """The watched series present in the frame (each once), and whether all their values
+        are finite (cached on the points: other rules ask too)."""
+        cfg: NanInfConfig = self.cfg
+        out: list[tuple[str, Points]] = []
+        seen: set[str] = set()
+        finite = True
+        roles, series = frame.roles, frame.series
+        for role in self._roles:
+            name = roles.get(role)
+            pts = None if name is None else series.get(name)
+            if pts is not None and pts.values.shape[0] and name not in seen:
+                out.append((role, pts))
+                seen.add(name)
+                finite = finite and pts.all_finite
+        for name in cfg.metrics:
+            pts = series.get(name)
+            if pts is not None and pts.values.shape[0] and name not in seen:
+                out.append((name, pts))
+                seen.add(name)
+                finite = finite and pts.all_finite
+        return out, finite
+
+    def update(self, frame: Frame) -> list[Hit]:
+        watched, finite = self._watched(frame)
+        if not watched:
+            return []
+        if finite:
+            if self.episode.active:
+                n = (_rows(watched)[0] if self.fast else
+                     np.unique(np.concatenate([p.pos for _r, p in watched]))).shape[0]
+                self.episode.normal(int(n))
+            return []
+        rec_pos, rec_step, mask, severe = (_rows if self.fast else _rows_sorted)(watched)
+        hits: list[Hit] = []
+        for k, kind in self.episode.scan(rec_step, mask, severe):
+            hits.append(self._hit(watched, int(rec_pos[k]), int(rec_step[k]), kind))
+        return hits
+
+    def _hit(self, watched: list[tuple[str, Points]], pos: int, step: int, kind: str) -> Hit:
+        cfg: NanInfConfig = self.cfg
+        nonfinite: dict[str, str] = {}
+        time = math.nan
+        for role, p in watched:
+            k = int(p.pos.searchsorted(pos))
+            if k < len(p) and int(p.pos[k]) == pos:
+                time = float(p.times[k])
+                if not math.isfinite(float(p.values[k])):
+                    nonfinite[p.name] = _word(float(p.values[k]))
+        roles_bad = [r for r, p in watched if p.name in nonfinite]
+        metric = next(iter(nonfinite), None)
+        grad_only = roles_bad == ["grad_norm"]
+        severity = cfg.grad_only_severity if kind not in (ESCALATE, START_ESCALATED) else cfg.severity
+
+        # what came before
+        gs, gv = self.ctx.recent("grad_norm", pos, cfg.lookback + 200)
+        recent, earlier = gv[-cfg.lookback:], gv[:-cfg.lookback]
+        blowup = False
+        evidence: dict[str, object] = {"nonfinite": nonfinite}
+        if recent.shape[0] and earlier.shape[0] >= 10:
+            base = median(earlier)
+            peak = float(recent.max())
+            evidence["grad_norm_recent_max"] = r6(peak)
+            evidence["grad_norm_median_before"] = r6(base)
+            blowup = base > 0 and peak >= cfg.blowup_ratio * base
+        grad_flag = self.ctx.log("grad_explosion").any_between(
+            int(gs[-cfg.lookback]) if gs.shape[0] >= cfg.lookback else step - cfg.lookback,
+            step, pos)
+        blowup = blowup or grad_flag is not None
+        loss_before = self.ctx.count_before("loss", pos)
+        early = loss_before < cfg.early_points
+        evidence["loss_points_before"] = loss_before
+        _ls, lv = self.ctx.recent("loss", pos - 1, 1)
+        if lv.shape[0]:
+            evidence["last_finite_loss"] = r6(float(lv[-1]))
+
+        causes: list[tuple[str, float]] = []
+        if grad_only:
+            causes.append((("an fp16 overflow in the backward pass: GradScaler skips this step "
+                           "(harmless if rare)"), 0.8))
+        if "val_loss" in roles_bad and "loss" not in roles_bad:
+            causes.append((("evaluation numerics: an empty eval set (0/0), fp16 overflow in eval, "
+                           "or NaN in the eval data"), 0.7))
+        if "lr" in roles_bad:
+            causes.append((("the LR schedule produced a non-finite value (a division by zero in a "
+                           "custom schedule)"), 0.8))
+        if blowup:
+            causes.append((("the gradient norm blew up just before: the LR is too high or "
+                           "gradients are not clipped"), 0.8))
+        if early:
+            causes.append(((f"it came within the first {cfg.early_points} steps: initialisation, "
+                           "a too-high initial LR, or bad data"), 0.6))
+        causes.append((("no warning sign: log(0), a division by zero, a bad batch, or fp16 "
+                       "overflow"), 0.6 if not (blowup or early) else 0.3))
+        fixes = [
+            "Run a few steps with torch.autograd.set_detect_anomaly(True) to find the op",
+            "Clip gradients and lower the learning rate (2-10x)" if blowup else
+            "Guard log/div/sqrt with an epsilon, e.g. torch.log(x.clamp_min(1e-8))",
+            "Check the batch: assert torch.isfinite(inputs).all() and the same for targets",
+            "Use bf16, or torch.amp.GradScaler with fp16",
+        ]
+        what = ", ".join(f"{n} is {w}" for n, w in nonfinite.items()) or "a value is non-finite"
+        if kind == ESCALATE:
+            message = f"Now {what} at step {step} (the episode began with the gradient norm)."
+        elif grad_only:
+            message = f"At step {step} {what} while the loss is finite (a skipped fp16 step?)."
+        else:
+            hint = " after the gradient norm blew up" if blowup else (
+                _early_hint(loss_before) if early else "")
+            message = f"At step {step} {what}{hint}."
+        return self.alert(pos=pos, severity=severity, step=step, time=time, metric=metric,
+                          message=message, evidence=evidence, causes=causes, fixes=fixes)
+
+
+def _early_hint(loss_before: int) -> str:
+    """Where an early non-finite value came in the loss: its count of finite points before it
+    ("within the first 1 loss points" read as a typo)."""
+    if loss_before == 0:
+        return " before any finite loss point"
+    return f" after only {fmt(loss_before)} loss point{'s' if loss_before != 1 else ''}"
+
+
+_Rows = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+def _rows(watched: list[tuple[str, Points]]) -> _Rows:
+    """One row per record carrying any watched series, in order: (record, step, any value
+    non-finite, a value other than the grad norm's non-finite). The series are laid out over
+    the span of records they cover (record positions are unique within a series, and the first
+    series that has a record gives its step, as :func:`_rows_sorted` does)."""
+    base = min(int(p.pos[0]) for _r, p in watched)
+    span = max(int(p.pos[-1]) for _r, p in watched) - base + 1
+    has = np.zeros(span, dtype=bool)
+    bad = np.zeros(span, dtype=bool)
+    severe = np.zeros(span, dtype=bool)
+    step = np.empty(span, dtype=np.int64)
+    for role, p in reversed(watched):  # (the first series written last: its step stays)
+        at = p.pos - base
+        has[at] = True
+        step[at] = p.steps
+        if not p.all_finite:
+            b = at[~np.isfinite(p.values)]
+            bad[b] = True
+            if role != "grad_norm":
+                severe[b] = True
+    rows = has.nonzero()[0]
+    return rows + base, step[rows], bad[rows], severe[rows]
+
+
+def _rows_sorted(watched: list[tuple[str, Points]]) -> _Rows:
+    """:func:`_rows` from the positions sorted together (the reference)."""
+    bad = [~np.isfinite(p.values) for _r, p in watched]
+    all_pos = np.concatenate([p.pos for _r, p in watched])
+    rec_pos, first = np.unique(all_pos, return_index=True)
+    rec_step = np.concatenate([p.steps for _r, p in watched])[first]
+    bad_pos = np.concatenate([p.pos[b] for (_r, p), b in zip(watched, bad)])
+    sev_pos = np.concatenate([p.pos[b] for (r, p), b in zip(watched, bad) if r != "grad_norm"]
+                             or [np.empty(0, dtype=np.int64)])
+    return rec_pos, rec_step, np.isin(rec_pos, bad_pos), np.isin(rec_pos, sev_pos)

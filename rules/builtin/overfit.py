@@ -1,0 +1,218 @@
+"""``overfit``: val_loss worse than its best for several evaluations while the train loss improves.
+
+The train loss is smoothed into block medians; at each evaluation the latest completed block (at
+or before that record) is the train level. The fix names the best evaluation, the step to
+early-stop at.
+
+The rise must stand clear of the evaluations' own noise, measured on the curve up to the best
+evaluation as the scatter of log(val_loss) around a quadratic in log(step) (:func:`eval_noise`):
+loss curves are close to power laws, so that fit follows the steep, bent start of a run that a
+quadratic in the step misread as noise (up to 20x the true noise at an evaluation every 100 steps:
+a slow rise then never cleared the bar).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Sequence
+
+import numpy as np
+
+from trainwatch.rules.config.models import OverfitConfig
+from trainwatch.rules.detectors.blocks import Blocks, shared_blocks
+from trainwatch.rules.detectors.evals import EvalPool
+from trainwatch.rules.detectors.stats import MAD_TO_SIGMA, improving, noise_sd, small_median
+from trainwatch.rules.engine.base import (
+    Context,
+    Frame,
+    Hit,
+    Points,
+    Rule,
+    fmt,
+    pct,
+    r6,
+    rank_causes,
+)
+
+_NOISE_EVALS = 24
+"""Evaluations up to the best one that its noise is measured on (at most: fewer early in a run).
+Eight gave a noise estimate that itself scattered widely, and a val_loss evaluated every step
+"overfit" dozens of times on noise alone."""
+
+
+def median3(a: float, b: float, c: float) -> float:
+    """``small_median((a, b, c))`` in a few comparisons (one per evaluation: the sort and call
+    cost ~3x as much): the middle of a stable sort of the three, so the same value, the sign of a
+    zero included."""
+    if b < a:
+        a, b = b, a
+    if c < b:  # (c goes after the values equal to it, as a stable sort puts it)
+        return max(c, a)  # (the first of equal values: c)
+    return b
+
+
+def eval_noise(steps: Sequence[int], values: Sequence[float]) -> float:
+    """Relative noise of a few evaluations of a decaying loss: 1.4826 x the MAD of the residuals
+    of log(value) from a least-squares quadratic in log(step) (a residual in log space is a
+    relative one), times sqrt(n / (n - 3)) for what the fit's three parameters absorb. Falls
+    back to :func:`~trainwatch.rules.detectors.stats.noise_sd` (a quadratic in the evaluation's index, the
+    same factor) when a value or a step is not positive. 0 for fewer than 6 points."""
+    n = len(values)
+    if n < 6:
+        return 0.0
+    dof = math.sqrt(n / (n - 3))
+    if min(values) <= 0 or min(steps) <= 0 or len(set(steps)) < 3:
+        return noise_sd(values) * dof
+    x = np.log(np.asarray(steps, dtype=np.float64))
+    y = np.log(np.asarray(values, dtype=np.float64))
+    x -= x.mean()  # (centred: a better-conditioned fit)
+    X = np.stack((np.ones(n), x, x * x), axis=1)
+    res = (y - X @ np.linalg.lstsq(X, y, rcond=None)[0]).tolist()
+    # (medians of a few Python floats: np.median costs ~10 us a call on them, and its first call
+    # in a process imports numpy.ma, ~20 ms)
+    mid = small_median(res)
+    # the fit's 3 parameters absorb part of the noise: residuals of n points scatter about
+    # sqrt((n - 3) / n) as much as the points do (0.79x on 8: a bar that low let a val_loss logged
+    # every step "overfit" dozens of times on noise)
+    return MAD_TO_SIGMA * small_median([abs(r - mid) for r in res]) * dof
+
+
+_CAUSES = rank_causes([("the model is memorising the training set (overfitting)", 0.8),
+                       ("a train/val mismatch or a change in the val pipeline", 0.2)])
+
+
+class OverfitRule(Rule):
+    id = "overfit"
+    roles_read = ("loss", "val_loss")
+
+    def __init__(self, cfg: OverfitConfig, ctx: Context) -> None:
+        super().__init__(cfg, ctx)
+        self.rewind()
+
+    def rewind(self) -> None:
+        self.train_tol = self.cfg.train_min_delta
+        """How far the train loss may have risen since the best evaluation and still count as
+        not risen (see :meth:`_train_tol`)."""
+        self._tol_of: Blocks | None = None
+        """The last frame's train blocks, whose last block's noise sets ``train_tol`` when it is
+        next read: the noise is computed at its first read (see
+        :func:`~trainwatch.rules.detectors.blocks.shared_blocks`), and most frames never read it."""
+        self.train_now: float | None = None
+        self.n = 0
+        self.vals: deque[float] = deque(maxlen=max(16, _NOISE_EVALS + 1))
+        self.steps: deque[int] = deque(maxlen=_NOISE_EVALS + 1)
+        """Steps of the last evaluations (for the noise fit)."""
+        self.best: float | None = None
+        self.best_step = 0
+        self.train_at_best: float | None = None
+        self.best_m: float | None = None
+        """Lowest median of 3 consecutive evaluations so far (a noise-robust best level)."""
+        self.worse = 0
+        self.fired = False
+        self.noise: float | None = 0.0
+        self.at_best: tuple[tuple[int, ...], tuple[float, ...]] = ((), ())
+        self.pool = EvalPool(self.cfg.train_window)
+        """Dense evaluations (a val_loss logged every step or few) are judged pooled."""
+
+    def update(self, frame: Frame) -> list[Hit]:
+        b = shared_blocks(self.ctx, frame, "loss", self.cfg.train_window)
+        val = frame.role("val_loss")
+        if len(b):
+            self._tol_of = b
+        if val is None or not len(val):
+            if len(b):
+                self.train_now = float(b.med[-1])
+            return []
+        val = val.finite()
+        hits: list[Hit] = []
+        # the latest train block completed at or before each evaluation's record
+        # (set at each judged evaluation: ks rises with the records, so an evaluation the pool
+        # holds back would only have set what the next judged one sets again)
+        ks = b.pos.searchsorted(val.pos, side="right").tolist() if len(b) else None
+        meds = b.med.tolist()
+        poss = val.pos.tolist()
+        for i, v, step in self.pool.judged(val.values.tolist(), val.steps.tolist()):
+            k = ks[i] if ks is not None else 0
+            if k:
+                self.train_now = meds[k - 1]
+            hit = self._eval(frame, val, i, v, poss[i], step)
+            if hit is not None:
+                hits.append(hit)
+        if len(b):
+            self.train_now = float(b.med[-1])
+        return hits
+
+    def _train_tol(self) -> float:
+        """``train_tol``, brought up to date with the last frame's blocks."""
+        b = self._tol_of
+        if b is not None:
+            # "not risen" allows for the noise of two window medians
+            self.train_tol = max(self.cfg.train_min_delta, 3.0 * 1.4142 * float(b.noise[-1]))
+            self._tol_of = None
+        return self.train_tol
+
+    def _eval(self, frame: Frame, val: Points, i: int, v: float, pos: int, step: int) -> Hit | None:
+        cfg: OverfitConfig = self.cfg
+        self.n += 1
+        vals = self.vals
+        vals.append(v)
+        self.steps.append(step)
+        m = median3(vals[-3], vals[-2], v) if len(vals) >= 3 else small_median(vals)
+        if self.best_m is None or m < self.best_m:
+            self.best_m = m
+        if self.best is None or v < self.best:
+            self.best, self.best_step, self.train_at_best = v, step, self.train_now
+            self.worse = 0
+            self.fired = False
+            self.noise = None
+            return None
+        if not self.worse:
+            # the evaluations' noise comes from the curve up to the best one (a rise after it
+            # must not inflate the very noise it is compared with): the evaluations before this
+            # one, kept now (not at every new best) and fitted when a decision needs it
+            self.at_best = tuple(self.steps)[:-1], tuple(self.vals)[-_NOISE_EVALS - 1:-1]
+        self.worse += 1
+        t0, t1 = self.train_at_best, self.train_now
+        # the median of the last 3 must stand clear of the lowest such median so far by more
+        # than the evaluations' own noise (around their trend, so a steady rise does not count):
+        # the lowest of many noisy medians sits well below the true level
+        bm = self.best_m
+        if (
+            self.fired
+            or self.n < cfg.min_evals
+            or self.worse < cfg.evals
+            or m < bm + cfg.min_delta * abs(bm)
+            or t0 is None
+            or t1 is None
+            or t1 > t0 + self._train_tol() * abs(t0)
+        ):
+            return None
+        if self.noise is None:
+            self.noise = eval_noise(*self.at_best)
+        delta = max(cfg.min_delta, cfg.noise_factor * self.noise)
+        if m < bm + delta * abs(bm):
+            return None
+        # and a rise, not noise hovering above an old lucky best: the evaluations since the best
+        # trend up
+        since = [-x for x in list(self.vals)[-min(self.worse + 1, len(self.vals)):]]
+        if not improving(since, 0.35, 0.0):
+            return None
+        self.fired = True
+        self.ctx.log(self.id).add(pos, step)
+        best = self.best
+        rise = (v - best) / abs(best) if best else 0.0
+        message = (f"val_loss has been above its best for {self.worse} evaluations ({fmt(v)} "
+                   f"vs {fmt(best)} at step {self.best_step}) while the train loss does not rise "
+                   f"({fmt(t0)} -> {fmt(t1)}).")
+        evidence = {"val_loss": r6(v), "best_val_loss": r6(best), "best_step": self.best_step,
+                    "val_rise": r6(rise), "evaluations_since_best": self.worse,
+                    "train_at_best": r6(t0), "train_now": r6(t1), "min_rise": r6(delta)}
+        causes = _CAUSES
+        fixes = [(f"Early-stop at step {self.best_step} (val_loss {fmt(best)}): keep that "
+                 "checkpoint"),
+                 "Add regularisation (weight decay, dropout, augmentation) or more data",
+                 f"Train for fewer steps or with a lower LR (val rose {pct(rise)} since its best)"]
+        return self.alert(pos=pos, severity=cfg.severity, step=step, time=float(val.times[i]),
+                          metric=val.name, message=message, evidence=evidence, causes=causes,
+                          fixes=fixes)

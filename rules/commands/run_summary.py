@@ -1,0 +1,223 @@
+"""The series maths of a finished run: whole-run series, metric summaries, the LR schedule,
+the roles that moved to another series mid-run.
+
+Small pure functions on numpy arrays, tested on their own; :mod:`trainwatch.rules.commands.report` puts
+their results in the report and :mod:`trainwatch.rules.commands.verdict` judges the run from them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from trainwatch.batch import RecordBatch
+from trainwatch.roles import ROLES, RoleTable
+from trainwatch.rules.detectors.stats import distinct
+
+
+@dataclass(frozen=True)
+class Series:
+    """One metric over the whole run, resumed segments merged (later writes win)."""
+
+    steps: np.ndarray
+    values: np.ndarray
+    times: np.ndarray
+
+
+@dataclass(frozen=True)
+class MetricSummary:
+    name: str
+    """The metric's own name in the run (``train/loss``, ``eval_loss``...)."""
+    points: int
+    first: float
+    final: float
+    """Mean of the last ``window`` finite points (one batch's loss is noise)."""
+    best: float
+    """Lowest ``window``-point moving average (lowest single value for evaluations)."""
+    best_step: int
+    final_step: int
+    window: int
+    nonfinite: int
+    last: float
+    """The very last value, finite or not (a run that ended in NaN says so)."""
+
+
+@dataclass(frozen=True)
+class LrSchedule:
+    kind: str
+    """``constant``, ``warmup + cosine decay``, ``step decay``, ``linear decay``..."""
+    start: float
+    peak: float
+    peak_step: int
+    final: float
+    warmup_steps: int
+
+
+@dataclass(frozen=True)
+class RoleMove:
+    """A role that went to another series mid-run: a name ranked higher for it appeared (a
+    script logging ``train_loss`` later also logs ``loss``), perhaps at another scale."""
+
+    role: str
+    from_series: str
+    to_series: str
+    step: int
+    """Step of the record the new series first has a point at (the rules start over there)."""
+
+
+def role_moves(batches: Iterable[RecordBatch], table: RoleTable) -> tuple[RoleMove, ...]:
+    """Where roles moved to another series, as the rule engine moves them: names count from the
+    record of their first point (those first at one record together), and a role goes to the
+    highest-ranked name seen so far. In record order, then in ``ROLES`` order at one record."""
+    firsts: dict[str, tuple[int, int]] = {}
+    """name -> (global record, step) of its first point."""
+    offset = 0
+    for b in batches:
+        for name, c in b.series.items():
+            if name not in firsts and c.rows.shape[0]:
+                firsts[name] = (offset + int(c.rows[0]), int(c.steps[0]))
+        offset += b.n_records
+    by_record: dict[tuple[int, int], list[str]] = {}
+    for name, at in firsts.items():
+        by_record.setdefault(at, []).append(name)
+    order = {role: i for i, role in enumerate(ROLES)}
+    moves: list[RoleMove] = []
+    seen: list[str] = []
+    roles: dict[str, str] = {}
+    for (_rec, step), names in sorted(by_record.items()):
+        seen += names
+        after = table.resolve(seen)
+        moved = [RoleMove(role, roles[role], name, step) for role, name in after.items()
+                 if role in roles and roles[role] != name]
+        moves += sorted(moved, key=lambda m: order.get(m.role, len(order)))
+        roles = after
+    return tuple(moves)
+
+
+def collect_series(batches: Iterable[RecordBatch]) -> dict[str, Series]:
+    """Every series of a stream, concatenated; a resumed segment replaces the steps it rewrites."""
+    parts: dict[str, list[Any]] = {}
+    for b in batches:
+        for name, c in b.series.items():
+            parts.setdefault(name, []).append(c)
+    out: dict[str, Series] = {}
+    for name, chunks in parts.items():
+        steps = np.concatenate([c.steps for c in chunks])
+        values = np.concatenate([c.values for c in chunks])
+        times = np.concatenate([c.times for c in chunks])
+        segs = np.concatenate([c.segments for c in chunks])
+        keep = _latest_segment_mask(steps, segs)
+        out[name] = Series(steps[keep], values[keep], times[keep])
+    return out
+
+
+def _latest_segment_mask(steps: np.ndarray, segs: np.ndarray) -> np.ndarray:
+    """Drop points a later segment (a resumed run) wrote again from an earlier step."""
+    keep = np.ones(steps.shape[0], dtype=bool)
+    if steps.shape[0] == 0 or segs[0] == segs[-1] and np.all(segs == segs[0]):
+        return keep
+    for seg in distinct(segs)[1:]:
+        start = int(steps[segs == seg].min())
+        keep &= ~((segs < seg) & (steps >= start))
+    return keep
+
+
+def summarize_metric(name: str, s: Series, smooth: bool = True) -> MetricSummary:
+    """First, final and best value of a loss-like (lower is better) series."""
+    ok = np.isfinite(s.values)
+    v, st = s.values[ok], s.steps[ok]
+    nonfinite = int((~ok).sum())
+    if v.size == 0:
+        nan = math.nan
+        last = int(s.steps[-1]) if s.steps.size else 0
+        return MetricSummary(name, int(s.values.size), nan, nan, nan, last, last, 0, nonfinite,
+                             float(s.values[-1]) if s.values.size else nan)
+    w = max(1, min(50, v.size // 20)) if smooth else 1
+    avg = moving_average(v, w)
+    best_i = int(np.argmin(avg))
+    return MetricSummary(
+        name=name, points=int(s.values.size), first=float(v[0]), final=float(v[-w:].mean()),
+        best=float(avg[best_i]), best_step=int(st[best_i]), final_step=int(st[-1]), window=w,
+        nonfinite=nonfinite, last=float(s.values[-1]),
+    )
+
+
+def moving_average(v: np.ndarray, w: int) -> np.ndarray:
+    """Trailing ``w``-point mean (the first ``w - 1`` points average what exists so far)."""
+    if w <= 1:
+        return v.astype(np.float64, copy=True)
+    c = np.concatenate(([0.0], np.cumsum(v, dtype=np.float64)))
+    idx = np.arange(1, v.size + 1)
+    lo = np.maximum(idx - w, 0)
+    return (c[idx] - c[lo]) / (idx - lo)
+
+
+# ----------------------------------------------------------------------------------- LR shape
+
+
+def classify_lr(steps: np.ndarray, lr: np.ndarray) -> LrSchedule | None:
+    """Name the schedule a learning-rate series followed: warmup, then constant, step, linear,
+    cosine or another decay (or ``cyclic`` when it rises again after decaying)."""
+    ok = np.isfinite(lr)
+    x, y = steps[ok].astype(np.float64), lr[ok].astype(np.float64)
+    if y.size == 0:
+        return None
+    peak_i = int(np.argmax(y))
+    peak = float(y[peak_i])
+    start, final = float(y[0]), float(y[-1])
+    if peak <= 0:
+        return LrSchedule("constant", start, peak, int(x[peak_i]), final, 0)
+    # warmup: the LR starts below its peak and climbs to it without going down on the way
+    warm_end = 0
+    if peak_i > 0 and y[0] < 0.9 * peak:
+        top = int(np.argmax(y >= 0.999 * peak))
+        if np.all(np.diff(y[: top + 1]) >= 0):
+            warm_end = top
+    # the step the warmup reached the peak at (steps 1..100 -> 100), whatever the logging interval
+    warmup_steps = int(x[warm_end]) if warm_end else 0
+    tail_x, tail_y = x[warm_end:], y[warm_end:] / peak
+    # a schedule that ran out: the LR sits at ~0 for the last part of the run
+    low = tail_y <= 1e-3
+    spent = tail_y.size if low.all() else int(np.argmin(low[::-1]))  # trailing ~0 points
+    suffix = ""
+    if spent >= max(3, 0.05 * tail_y.size) and spent < tail_y.size:
+        suffix = f", then ~0 from step {int(tail_x[-spent]):,}"
+        tail_x, tail_y = tail_x[: tail_y.size - spent + 1], tail_y[: tail_y.size - spent + 1]
+    kind = _decay_kind(tail_x, tail_y) + suffix
+    if warm_end:
+        kind = "warmup + " + kind
+    return LrSchedule(kind, start, peak, int(x[peak_i]), final, warmup_steps)
+
+
+def _decay_kind(x: np.ndarray, y: np.ndarray) -> str:
+    """Shape of a normalized (peak = 1) LR series after warmup."""
+    if y.size < 3 or float(y.max() - y.min()) <= 0.01:
+        return "constant"
+    # rising again by more than a fifth after the lowest point: restarts or a cyclic schedule
+    if float(y[int(np.argmin(y)):].max() - y.min()) > 0.2 * (1 - y.min()) and y[-1] > y.min() * 1.2:
+        return "cyclic"
+    rel = np.abs(np.diff(y)) / np.maximum(y[:-1], 1e-30)
+    jumps = int((rel > 0.05).sum())
+    if jumps <= 10 and np.count_nonzero(rel > 1e-6) <= 2 * jumps:
+        return "step decay"
+    span = float(x[-1] - x[0]) or 1.0
+    t = (x - x[0]) / span
+    r2_lin = _r2(y, np.vstack([np.ones_like(t), t]).T)
+    r2_cos = max(
+        _r2(y, np.vstack([np.ones_like(t), 0.5 * (1 + np.cos(math.pi * np.minimum(t / f, 1)))]).T)
+        for f in (0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.2, 1.5, 2.0, 3.0)
+    )
+    if max(r2_lin, r2_cos) >= 0.995:
+        return "cosine decay" if r2_cos > r2_lin else "linear decay"
+    return "decay"
+
+
+def _r2(y: np.ndarray, design: np.ndarray) -> float:
+    coef, *_ = np.linalg.lstsq(design, y, rcond=None)
+    resid = y - design @ coef
+    tot = float(((y - y.mean()) ** 2).sum())
+    return 1.0 - float((resid**2).sum()) / tot if tot > 0 else 1.0

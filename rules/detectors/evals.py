@@ -1,0 +1,68 @@
+"""Evaluations as the val_loss rules judge them: one by one, or pooled when they are dense.
+
+A val_loss is usually evaluated every few hundred steps, and the rules count evaluations
+(``overfit``: worse for 3 of them; ``plateau``: no better for 10). Some scripts log it every step
+or few (a running validation metric): then counting evaluations counts steps, and hundreds of
+noisy evaluations of a still-falling curve "rise above their best" by chance again and again (68
+overfit warnings on a val_loss logged every step of 50k). Dense evaluations are pooled: the
+evaluations of each ``window`` steps become their median, judged when the first evaluation of the
+next window arrives (so the decision depends only on records at or before the one that makes it,
+however the stream is batched).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from trainwatch.rules.detectors.stats import small_median
+
+
+@dataclass
+class EvalPool:
+    """Decides from the first three evaluations whether they are dense (a median gap under
+    ``window`` steps), then passes them through or pools them. (A dataclass: rules' state is
+    compared field by field in tests.)"""
+
+    window: int
+    dense: bool | None = None
+    """None until three evaluations were seen."""
+    _gaps: list[int] = field(default_factory=list)
+    _last: int | None = None
+    _pool: list[float] = field(default_factory=list)
+    _pool_id: int = 0
+    _pool_step: int = 0
+
+    def push(self, value: float, step: int) -> tuple[float, int] | None:
+        """The evaluation to judge now, as (value, step of its last evaluation), or None."""
+        if self.dense is None:
+            if self._last is not None:
+                self._gaps.append(step - self._last)
+            self._last = step
+            if len(self._gaps) >= 2:
+                self.dense = small_median(self._gaps) < self.window
+        if not self.dense:
+            return value, step
+        bucket = step // self.window
+        out = None
+        if self._pool and bucket != self._pool_id:
+            out = small_median(self._pool), self._pool_step
+            self._pool = []
+        self._pool_id = bucket
+        self._pool.append(value)
+        self._pool_step = step
+        return out
+
+    def judged(self, values: list[float], steps: list[int]) -> Iterator[tuple[int, float, int]]:
+        """Each evaluation of a frame to judge now, as (index of the evaluation that makes it,
+        value, step): :meth:`push` for each while they may be dense, and once they are known
+        sparse each one as it is, with no call per evaluation."""
+        sparse = self.dense is False
+        for i, (value, step) in enumerate(zip(values, steps)):
+            if not sparse:
+                out = self.push(value, step)  # dense evaluations are judged pooled
+                if out is None:
+                    continue
+                value, step = out
+                sparse = self.dense is False
+            yield i, value, step
