@@ -274,7 +274,7 @@ def load_rules_config(
             raise ConfigError(f"{where}: {rid}.{keys[0]}: {why}")
     table = DEFAULT_ROLES.extended(extra_roles) if extra_roles else DEFAULT_ROLES
     return RulesConfig(
-        rules=MappingProxyType(built),  # read-only: engines cache a plan per config
+        rules=MappingProxyType(built),  # read-only: a config is shared by engines
         custom=tuple(custom),
         roles=table,
         extra_roles=extra_roles,

@@ -158,7 +158,7 @@ class RuleEngine:
             late = self._new_names(batch)
             if late:
                 cuts = sorted({*cuts, *late})
-        ev_rows, ev_mask, widest = event_rows(batch) if batch.events else (NO_ROWS, None, None)
+        ev_rows = event_rows(batch) if batch.events else NO_ROWS
         out: list[Alert] = []
         for lo, hi in itertools.pairwise(cuts):
             if lo == hi:
@@ -170,8 +170,7 @@ class RuleEngine:
             if self._segment is not None and seg != self._segment:
                 self._rewind(batch, seg)
             self._segment = seg
-            frame = frame_of(batch, lo, hi, self._wanted, self._roles, ev_rows, ev_mask,
-                             widest)
+            frame = frame_of(batch, lo, hi, self._wanted, self._roles, ev_rows)
             self.ctx.frame = frame
             piece: list[Hit] = []
             for rule in self._rules:
@@ -343,8 +342,7 @@ class RuleEngine:
 
 @dataclass(frozen=True, slots=True)
 class _Plan:
-    """What :meth:`RuleEngine._build` builds for one config (the same for every engine of a
-    backfill of many runs)."""
+    """What :meth:`RuleEngine._build` builds for one config."""
 
     rules: tuple[tuple[type[Rule | GrowthAnalysis], object], ...]
     """(rule class, its config) in frame order; GrowthAnalysis stands for the two rules it
@@ -360,15 +358,7 @@ class _Plan:
     a class attribute)."""
 
 
-_PLANS: dict[int, tuple[RulesConfig, _Plan]] = {}
-"""Plans by config (an entry holds its config, so the id in its key is never reused; any
-thread)."""
-
-
 def _plan(cfg: RulesConfig) -> _Plan:
-    hit = _PLANS.get(id(cfg))
-    if hit is not None and hit[0] is cfg:
-        return hit[1]
     rules: list[tuple[type[Rule | GrowthAnalysis], object]] = []
     stream: int | None = None
     n = 0
@@ -394,9 +384,5 @@ def _plan(cfg: RulesConfig) -> _Plan:
         for c in (StateDetachRule, MemoryGrowthRule) if cls is GrowthAnalysis else (cls,):
             for role, instead in c.reads_unresolved:  # type: ignore[union-attr]
                 fallbacks.setdefault(role, set()).add(instead)
-    plan = _Plan(tuple(rules), enabled, stream, frozenset(metrics),
+    return _Plan(tuple(rules), enabled, stream, frozenset(metrics),
                  {role: frozenset(v) for role, v in fallbacks.items()})
-    if len(_PLANS) >= 64:
-        _PLANS.clear()
-    _PLANS[id(cfg)] = (cfg, plan)
-    return plan
