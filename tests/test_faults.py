@@ -163,8 +163,9 @@ def test_stall_fires_stalled_stream_while_it_lasts(tmp_path):
 def test_slow_rank_fires_rank_straggler(tmp_path):
     expect = load_config("faults/slow_rank").expect_rule
     d = tmp_path / "slow_rank"
-    h = start_run([PY, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                   "-m", "trainwatch.trainer", "faults/slow_rank", "--run-dir", str(d),
+    # started as one process, as `trainwatch train` and the TUI start it: its dist.nproc (2)
+    # launches both ranks through torch.distributed.run
+    h = start_run([PY, "-m", "trainwatch.trainer", "faults/slow_rank", "--run-dir", str(d),
                    "--device", "cpu"], d)
     info = h.wait(timeout=RUN_TIMEOUT * 2)
     try:

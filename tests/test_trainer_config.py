@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 import subprocess
 import sys
 
@@ -161,3 +162,26 @@ def test_trainer_entry_points_do_not_import_torch():
             "assert 'torch' not in sys.modules, 'torch imported'")
     r = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
+
+
+def test_a_rank_fault_needs_its_ranks():
+    """slow_rank slows rank 1: with one process there is no rank 1. The packaged config asks for
+    two (dist.nproc), which the trainer launches itself; asking for fewer is one line that says
+    what to set."""
+    assert load_config("faults/slow_rank").dist.nproc == 2
+    with pytest.raises(ConfigError, match=r"fault\.rank: .*set dist\.nproc=2"):
+        load_config("faults/slow_rank", ["dist.nproc=1"])
+    with pytest.raises(ConfigError, match=r"dist\.nproc: must be >= 1"):
+        load_config("mlp", ["dist.nproc=0"])
+
+
+def test_a_config_for_more_ranks_than_torchrun_started_is_refused(tmp_path):
+    """Under torchrun (WORLD_SIZE set) the trainer does not launch again: a world size other
+    than dist.nproc is one line naming both ways out, before torch is imported."""
+    env = {**os.environ, "WORLD_SIZE": "3", "RANK": "0"}
+    r = subprocess.run([sys.executable, "-m", "trainwatch.trainer", "faults/slow_rank",
+                        "--run-dir", str(tmp_path / "r")], check=False, capture_output=True,
+                       text=True, timeout=60, env=env)
+    assert r.returncode == 2
+    assert "dist.nproc is 2 but torchrun started 3 processes" in r.stderr
+    assert "--nproc_per_node=2" in r.stderr and not (tmp_path / "r").exists()

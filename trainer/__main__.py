@@ -26,6 +26,7 @@ examples:
   {prog} faults/lr_spike --set fault.step=100 fault.factor=50
   {prog} --resume --run-dir runs/lstm      # continue from its checkpoint
   torchrun --nproc_per_node=2 -m trainwatch.trainer mlp --run-dir runs/ddp
+  {prog} faults/slow_rank                   # dist.nproc: 2 starts both ranks itself
 
 CONFIG is a YAML path or a packaged config name (--list shows them). Without --run-dir the run
 goes to $TRAINWATCH_RUN_DIR, else ./runs/NAME-YYYYmmdd-HHMMSS.
@@ -88,6 +89,11 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
         return 0
     rank = int(os.environ.get("RANK", "0") or 0)
     world = int(os.environ.get("WORLD_SIZE", "1") or 1)
+    if cfg.dist.nproc > 1 and "WORLD_SIZE" not in os.environ:
+        return launch_ranks(cfg.dist.nproc, list(sys.argv[1:] if argv is None else argv))
+    if cfg.dist.nproc > 1 and world != cfg.dist.nproc:
+        return fail(f"dist.nproc is {cfg.dist.nproc} but torchrun started {world} processes: "
+                    f"use --nproc_per_node={cfg.dist.nproc}, or --set dist.nproc={world}")
     try:
         import torch  # the heavy import, only once the request is known to be sound
     except ImportError:
@@ -116,6 +122,29 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
         return fail(str(e))
     finally:
         dist.shutdown()
+
+
+def launch_ranks(nproc: int, argv: list[str]) -> int:
+    """Start the run as ``nproc`` processes under torch.distributed.run (torchrun), which this
+    process becomes (``exec``: the same pid, so whoever started it, the TUI's supervisor or a
+    shell, still holds the run and its signals reach torchrun, which passes them to the ranks).
+    Returns only when the launch cannot happen."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        return fail("the trainer needs PyTorch: pip install 'trainwatch[train]'")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+           f"--nproc_per_node={nproc}", "-m", "trainwatch.trainer", *argv]
+    print(f"trainwatch: dist.nproc={nproc}: starting {nproc} ranks with torch.distributed.run",
+          flush=True)
+    sys.stderr.flush()
+    try:
+        os.execv(sys.executable, cmd)
+    except OSError as e:
+        return fail(f"could not start torch.distributed.run ({e.strerror or e}); run it "
+                    f"yourself: torchrun --nproc_per_node={nproc} -m trainwatch.trainer "
+                    + " ".join(argv))
+    return 1  # (unreachable: execv does not return)
 
 
 def preflight(run_dir: Path, rank: int = 0) -> str | None:

@@ -98,6 +98,10 @@ class DistCfg:
     backend: str = "auto"
     """gloo, nccl, or auto (nccl on CUDA, gloo on CPU)."""
     timeout_s: float = 300.0
+    nproc: int = 1
+    """Processes the run needs. Started as one process (``trainwatch train``, the TUI's new-run
+    dialog), a config that asks for more launches them itself through torch.distributed.run
+    (torchrun); under torchrun it must match the world size torchrun gave."""
 
 
 @dataclass(frozen=True)
