@@ -19,6 +19,9 @@ What the Trainer writes, and the choices made here:
   JSON document is complete or invalid, so unlike a CSV a shorter valid history is a change,
   not a torn write.
 * The file has no clock: record times are the moment we first read them.
+* A history that ends with the summary ``train()`` logs when it returns (``train_runtime``,
+  ``train_loss``...) is a finished run: a ``run_end`` event (status ``finished``) follows that
+  entry, so the rules (``stalled_stream``) and the TUI know it ended.
 
 During training the file exists only in ``checkpoint-<step>/`` folders (the output folder
 gets its own copy when training ends): :func:`newest_trainer_state` picks the one to follow.
@@ -86,8 +89,16 @@ class HfTrainerStateReader(SnapshotReaderBase):
                 )
                 continue
             builder.add_record(entry, 0)
+        if diff.start < len(history) and _is_final(history[-1]):
+            builder.add_record({"event": "run_end", "status": "finished",
+                                "step": history[-1].get("step")}, 0)
         self._history.commit(prints)
         return builder.build(reset=reset, meta=meta)
+
+
+def _is_final(entry: Any) -> bool:
+    """The summary the Trainer logs when ``train()`` returns (``train_runtime``, ``train_loss``)."""
+    return type(entry) is dict and "train_runtime" in entry
 
 
 def newest_trainer_state(output_dir: Path) -> Path | None:
