@@ -20,7 +20,16 @@ from trainwatch.run_stores import open_store, select_run
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 MLFLOW_DB = FIXTURES / "mlflow" / "mlflow.db"
 MLRUNS = FIXTURES / "mlflow" / "mlruns"
-TRACKIO_DB = FIXTURES / "trackio" / "fixtures.db"
+TRACKIO_FIXTURE = FIXTURES / "trackio" / "fixtures.db"
+"""In WAL mode, as trackio writes it: a reader (read-only too) creates ``-wal`` and ``-shm``
+files beside it, so the tests read a copy."""
+
+
+@pytest.fixture
+def trackio_db(tmp_path: Path) -> Path:
+    db = tmp_path / "fixtures.db"
+    db.write_bytes(TRACKIO_FIXTURE.read_bytes())
+    return db
 DVCLIVE = FIXTURES / "dvclive"
 
 
@@ -164,7 +173,8 @@ TRACKIO_RUNS = {"baseline": (1, 3e-4, None, None), "noisy": (2, 1e-3, 150, None)
                 "diverged": (3, 3e-2, None, 120)}
 
 
-def test_trackio_runs_values_steps_and_times():
+def test_trackio_runs_values_steps_and_times(trackio_db):
+    TRACKIO_DB = trackio_db
     store = open_store(TRACKIO_DB)
     assert store is not None and store.format == "trackio"
     assert [r.name for r in store.runs] == ["baseline", "noisy", "diverged"]

@@ -19,8 +19,22 @@ TB_LOGS = FIXTURES / "tensorboard" / "logs"
 MULTI = [MLFLOW_DB, MLRUNS, TRACKIO_DB]
 
 
+@pytest.fixture(autouse=True)
+def _copy_wal_stores(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """trackio's database is in WAL mode: readers create -wal and -shm files beside it, so the
+    tests read a copy (the path the test gives is swapped for it in :func:`tw`)."""
+    copy = tmp_path / "trackio" / "fixtures.db"
+    copy.parent.mkdir()
+    copy.write_bytes(TRACKIO_DB.read_bytes())
+    monkeypatch.setitem(_SWAP, TRACKIO_DB, copy)
+
+
+_SWAP: dict[Path, Path] = {}
+
+
 def tw(*args: object, timeout: float = 120) -> subprocess.CompletedProcess:
     env = {**os.environ, "NO_COLOR": "1"}
+    args = tuple(_SWAP.get(a, a) if isinstance(a, Path) else a for a in args)
     return subprocess.run([sys.executable, "-m", "trainwatch", *map(str, args)],
                           capture_output=True, text=True, check=False, timeout=timeout, env=env,
                           stdin=subprocess.DEVNULL)

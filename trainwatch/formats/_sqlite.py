@@ -2,7 +2,8 @@
 project), with the standard library alone.
 
 * Read-only, always: ``file:PATH?mode=ro`` as a URI, so nothing here can write, create the file,
-  or take a write lock. A connection is opened for one poll and closed at once (a database that
+  or take a write lock. (On a WAL database, trackio's, SQLite itself creates the ``-wal`` and
+  ``-shm`` side files when they are missing, as for any reader; the database is never written.) A connection is opened for one poll and closed at once (a database that
   is replaced under us is seen on the next poll).
 * One poll is one read transaction: every ``SELECT`` in it sees the same snapshot (a run's status
   read as finished cannot be ahead of the rows read with it).
