@@ -2,8 +2,9 @@
 project, a DVCLive folder, a TensorBoard log directory or any folder of run directories), the
 runs it lists, and how each one is read.
 
-Every multi-run format is one *opener*: a function that, given a path, returns the runs it holds
-(a list of :class:`StoredRun`), or None when the path is not that format's. :func:`open_store`
+Every multi-run format is one *opener*: a function that, given a path, returns its format's name
+and the runs the path holds (a list of :class:`StoredRun`), or None when the path is not that
+format's. :func:`open_store`
 tries them in the order of :data:`OPENERS`; a new format (W&B's ``.wandb`` files, say) plugs in
 by adding its ``"module:function"`` there. Openers are imported only when a path is opened, so
 ``trainwatch check`` on a plain file never loads them.
@@ -112,7 +113,7 @@ class SelectError(ValueError):
 
 def open_store(path: Path) -> OpenedStore | None:
     """The runs ``path`` holds, when it is a store; None for a file or folder of one run (or
-    nothing known). Raises OSError for a store that cannot be read (the message names it)."""
+    nothing known). Raises OSError (or ``sqlite3.Error``) for a store that cannot be read."""
     path = Path(path)
     for ref in OPENERS:
         module, func = ref.split(":")

@@ -7,8 +7,9 @@ what one step logged, so the points of one step join into one record, in step or
 The choices made here:
 
 * A series whose own step goes down has started over (a resumed run logging into the same run):
-  its later points belong to the next *segment*, and records are ordered by (segment, step), so
-  the rewind is kept and reported as in any format. Equal steps are not a rewind.
+  its later points belong to the next *segment* (a series first seen then starts in it), and
+  records are ordered by (segment, step), so the rewind is kept and reported as in any format.
+  Equal steps are not a rewind.
 * A series that logs twice at one step (MLflow's ``log_metric`` without a step logs at step 0)
   gets one record per value, in the order they were written.
 * A record's time is the earliest of its points' times.
@@ -41,6 +42,8 @@ class StepMerger:
     """Series -> (segment, step) of its last point."""
     _held: list[tuple[tuple[int, int], Point]] = field(default_factory=list)
     """Points of the newest (segment, step), not yet handed on."""
+    _segment: int = 0
+    """The newest segment any series is in (where a series first seen now starts)."""
 
     @property
     def holding(self) -> bool:
@@ -49,6 +52,7 @@ class StepMerger:
     def reset(self) -> None:
         self._last.clear()
         self._held.clear()
+        self._segment = 0
 
     def push(self, points: Iterable[Point], *, final: bool = False) -> list[dict[str, Any]]:
         """Records of ``points`` (in the order each series wrote them) and of what was held."""
@@ -56,9 +60,10 @@ class StepMerger:
         new = 0
         for p in points:
             name, step = p[0], p[1]
-            seg, last = self._last.get(name, (0, step))
+            seg, last = self._last.get(name, (self._segment, step))
             if step < last:
                 seg += 1
+                self._segment = max(self._segment, seg)
             self._last[name] = (seg, step)
             keyed.append(((seg, step), p))
             new += 1
