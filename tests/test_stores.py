@@ -231,3 +231,10 @@ def test_tensorboard_log_dir_sub_folders_are_runs():
     # one folder with event files directly inside is one run, as before
     assert open_store(tb / "baseline") is None
     assert load_run(tb / "baseline").format == "tfevents"
+
+
+def test_a_run_directory_beside_a_store_stays_a_run_directory(tmp_path):
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1, "loss": 0.5}\n')
+    (tmp_path / "mlflow.db").write_bytes(MLFLOW_DB.read_bytes())
+    assert open_store(tmp_path) is None
+    assert load_run(tmp_path).format == "jsonl"

@@ -79,8 +79,8 @@ def runs_in(path: Path) -> tuple[str, list[StoredRun]] | None:
     """The runs below the folder ``path`` when it is a folder of runs (not a run itself)."""
     from trainwatch.formats.detect import detect_format, read_head
 
-    if not path.is_dir() or metric_files(path):
-        return None
+    if not path.is_dir():
+        return None  # (a run directory never gets here: see open_store)
     found = run_dirs(path)
     if not found:
         return None

@@ -115,6 +115,11 @@ def open_store(path: Path) -> OpenedStore | None:
     """The runs ``path`` holds, when it is a store; None for a file or folder of one run (or
     nothing known). Raises OSError (or ``sqlite3.Error``) for a store that cannot be read."""
     path = Path(path)
+    if path.is_dir():
+        from trainwatch.run_folders import metric_files
+
+        if metric_files(path):
+            return None  # a run directory (an mlflow.db or dvclive/ beside its metrics is not it)
     for ref in OPENERS:
         module, func = ref.split(":")
         opener = getattr(importlib.import_module(module), func)
