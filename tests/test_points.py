@@ -28,7 +28,7 @@ def written(seed: int, steps: int = 60) -> list[tuple[str, int, float, float]]:
 @pytest.mark.parametrize("seed", range(8))
 def test_streamed_in_polls_equals_one_read(seed):
     points = written(seed)
-    reference = StepMerger().push(points, final=True)
+    reference = StepMerger().push(points, final=True).as_dicts()
     assert [r["step"] for r in reference] == list(range(60))
     rng = random.Random(100 + seed)
     merger = StepMerger()
@@ -36,24 +36,24 @@ def test_streamed_in_polls_equals_one_read(seed):
     i = 0
     while i < len(points):
         n = rng.randint(1, 7)  # a read that finds something (one that finds nothing: below)
-        got += merger.push(points[i:i + n])
+        got += merger.push(points[i:i + n]).as_dicts()
         i += n
         # at every poll, what was handed on is a prefix of the reference: never a record a
         # later point would have joined, never a step out of order
         assert got == reference[:len(got)]
-    got += merger.push([], final=True)
+    got += merger.push([], final=True).as_dicts()
     assert got == reference
 
 
 def test_a_quiet_poll_hands_on_the_held_step_and_a_series_going_back_is_a_new_segment():
     m = StepMerger()
-    assert m.push([("loss", 0, 1.0, 0.5), ("loss", 1, 2.0, 0.4)]) == [
+    assert m.push([("loss", 0, 1.0, 0.5), ("loss", 1, 2.0, 0.4)]).as_dicts() == [
         {"step": 0, "time": 1.0, "loss": 0.5}]
     assert m.holding
-    assert m.push([]) == [{"step": 1, "time": 2.0, "loss": 0.4}]  # nothing new: writer is done
+    assert m.push([]).as_dicts() == [{"step": 1, "time": 2.0, "loss": 0.4}]  # nothing new: writer is done
     assert not m.holding
     # the run resumed from step 0: after every step of the first segment, not merged into it
     recs = m.push([("loss", 0, 3.0, 0.9), ("step", 0, 3.0, 7.0), ("loss", 0, 3.5, math.inf)],
-                  final=True)
+                  final=True).as_dicts()
     assert recs == [{"step": 0, "time": 3.0, "loss": 0.9, "step_value": 7.0},
                     {"step": 0, "time": 3.5, "loss": math.inf}]

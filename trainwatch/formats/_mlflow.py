@@ -71,8 +71,7 @@ class MlflowEvents:
                 start["time"] = start_ms / 1000
             builder.add_record(start)
             self.started, self.ended = True, False
-        for rec in self.merger.push(points, final=final or ended):
-            builder.add_record(rec)
+        self.merger.push(points, final=final or ended).add_to(builder)
         if ended and not self.ended:
             end: dict[str, Any] = {"event": "run_end", "status": END_STATUS[status],
                                    "mlflow_status": status}

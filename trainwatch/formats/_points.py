@@ -28,6 +28,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
+from trainwatch.builder import BatchBuilder
 from trainwatch.record_values import RESERVED
 
 Point = tuple[str, int, float, float]
@@ -54,7 +57,7 @@ class StepMerger:
         self._held.clear()
         self._segment = 0
 
-    def push(self, points: Iterable[Point], *, final: bool = False) -> list[dict[str, Any]]:
+    def push(self, points: Iterable[Point], *, final: bool = False) -> Records:
         """Records of ``points`` (in the order each series wrote them) and of what was held."""
         keyed = list(self._held)
         new = 0
@@ -68,7 +71,7 @@ class StepMerger:
             keyed.append(((seg, step), p))
             new += 1
         if not keyed:
-            return []
+            return Records()
         keyed.sort(key=lambda kp: kp[0])  # stable: one series' points stay in written order
         top = keyed[-1][0]
         if final or not new:  # the end, or nothing new: the writer is done with that step
@@ -81,17 +84,66 @@ class StepMerger:
         return _records(keyed)
 
 
-def _records(keyed: list[tuple[tuple[int, int], Point]]) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    rec: dict[str, Any] = {}
+@dataclass
+class Records:
+    """Records as columns: the step and time of each, and each series' points (record index,
+    value). Added to a batch through the builder's column path: a backlog of a million points
+    would cost seconds record by record."""
+
+    steps: list[int] = field(default_factory=list)
+    times: list[float] = field(default_factory=list)
+    """The earliest of each record's points' times (NaN: none given)."""
+    series: dict[str, tuple[list[int], list[float]]] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    def add_to(self, builder: BatchBuilder) -> None:
+        """Add the records to ``builder`` after what it holds (events added later follow them)."""
+        n = len(self.steps)
+        if not n:
+            return
+        pos = np.arange(builder.next_pos, builder.next_pos + n, dtype=np.int64)
+        columns = {"step": np.asarray(self.steps, dtype=np.float64),
+                   "time": np.asarray(self.times, dtype=np.float64)}
+        present = {}
+        for key, (rows, values) in self.series.items():
+            col = np.full(n, np.nan)
+            col[rows] = values
+            mask = np.zeros(n, dtype=bool)
+            mask[rows] = True
+            columns[key], present[key] = col, mask
+        builder.add_columns(pos, np.zeros(n, dtype=np.int64), columns, present)
+
+    def as_dicts(self) -> list[dict[str, Any]]:
+        """The records as dicts (for tests and small reads)."""
+        out: list[dict[str, Any]] = [{"step": s, "time": t} for s, t in zip(self.steps, self.times)]
+        for key, (rows, values) in self.series.items():
+            for r, v in zip(rows, values):
+                out[r][key] = v
+        return out
+
+
+def _records(keyed: list[tuple[tuple[int, int], Point]]) -> Records:
+    recs = Records()
+    steps, times, series = recs.steps, recs.times, recs.series
+    in_rec: set[str] = set()
     at: tuple[int, int] | None = None
+    i = -1
     for k, (name, step, t, value) in keyed:
         key = f"{name}_value" if name in RESERVED else name
-        if k != at or key in rec:
-            rec = {"step": step, "time": t}
-            out.append(rec)
+        if k != at or key in in_rec:
+            steps.append(step)
+            times.append(t)
+            in_rec = set()
             at = k
-        elif t < rec["time"]:
-            rec["time"] = t
-        rec[key] = value
-    return out
+            i += 1
+        elif t < times[i]:
+            times[i] = t
+        in_rec.add(key)
+        col = series.get(key)
+        if col is None:
+            col = series[key] = ([], [])
+        col[0].append(i)
+        col[1].append(value)
+    return recs

@@ -140,8 +140,7 @@ class TextFilesSource:
 
     def add(self, builder: BatchBuilder, points: list[Point], *, final: bool) -> None:
         """Records of the points read (and any events)."""
-        for rec in self.merger.push(points, final=final):
-            builder.add_record(rec)
+        self.merger.push(points, final=final).add_to(builder)
 
     def meta(self) -> dict[str, Any] | None:
         """Facts for the first batch (DVCLive's params)."""

@@ -27,7 +27,6 @@ from typing import Any
 
 import yaml
 
-from trainwatch.builder import BatchBuilder
 from trainwatch.formats._points import Point
 from trainwatch.formats._text_files import TextFilesSource, walk_files
 from trainwatch.run_stores import StoredRun
@@ -104,12 +103,6 @@ class DvcLiveRun(TextFilesSource):
             raise ValueError(f"expected {len(cells)} tab-separated cells or more")
         t = int(cells[ts_i]) / 1000 if ts_i is not None else float("nan")
         return key, int(cells[step_i]), t, float(cells[value_i])
-
-    def add(self, builder: BatchBuilder, points: list[Point], *, final: bool) -> None:
-        for rec in self.merger.push(points, final=final):
-            if rec["time"] != rec["time"]:  # no timestamp column: the builder fills the time
-                del rec["time"]
-            builder.add_record(rec)
 
     def meta(self) -> dict[str, Any] | None:
         try:
