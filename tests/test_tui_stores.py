@@ -139,3 +139,11 @@ class CountingEngine:
 
     def mute(self, rule_id):
         self.engine.mute(rule_id)
+
+
+def test_runs_started_from_a_store_go_to_the_runs_folder(tmp_path):
+    from trainwatch.tui.launch import runs_base
+
+    target = discover(FIXTURES / "mlflow" / "mlruns")
+    assert target.kind == "sweep" and all(r.stored for r in target.runs)
+    assert runs_base(target, tmp_path) == tmp_path / "runs"  # not inside mlruns/
