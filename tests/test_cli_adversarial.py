@@ -222,13 +222,22 @@ def test_check_on_a_file_without_records_does_not_say_all_is_well(tmp_path):
 
 
 def test_a_folder_of_runs_names_a_run_to_give(tmp_path):
-    # the TUI takes a folder of runs; check/report need one run, and said only "no metrics file"
+    # the TUI takes a folder of runs; check/report need one run, and said only "no metrics file".
+    # The only run is taken; of several, they are listed and the error line says how to pick
     (tmp_path / "runs" / "exp1").mkdir(parents=True)
     (tmp_path / "runs" / "exp1" / "metrics.jsonl").write_bytes(_lines(3))
     r = tw("check", str(tmp_path / "runs"))
+    assert r.returncode == 0, r.stderr
+    assert str(tmp_path / "runs" / "exp1") in r.stdout
+    (tmp_path / "runs" / "exp2").mkdir()
+    (tmp_path / "runs" / "exp2" / "metrics.jsonl").write_bytes(_lines(3))
+    r = tw("check", str(tmp_path / "runs"))
     assert r.returncode == 2
-    assert r.stderr.count("\n") == 1
-    assert str(tmp_path / "runs" / "exp1") in r.stderr
+    *listed, last = r.stderr.strip().splitlines()
+    assert [ln.split()[0] for ln in listed] == ["NAME", "exp1", "exp2"] or \
+        [ln.split()[0] for ln in listed] == ["NAME", "exp2", "exp1"]
+    assert last.startswith("trainwatch: error: ") and "--run NAME_OR_ID" in last
+    assert tw("check", str(tmp_path / "runs"), "--run", "exp2").returncode == 0
 
 
 def test_a_corrupt_event_file_is_named_without_a_line_zero(tmp_path):

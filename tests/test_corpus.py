@@ -190,7 +190,11 @@ def test_hf_trainer_state(name: str, keys: set[str]) -> None:
     got = counts(batches)
     assert got == expected and keys <= got.keys()
     b = batches[0]
-    assert b.n_records == len(doc["log_history"])
+    # every entry, and the run_end a finished state ends with (both files are finished: one
+    # ends with train()'s summary, the other is the final checkpoint, global_step == max_steps)
+    assert b.n_records == len(doc["log_history"]) + 1
+    assert [(e.name, e.fields, e.step) for e in b.events] == [
+        ("run_end", {"status": "finished"}, doc["log_history"][-1]["step"])]
     assert b.meta["max_steps"] == doc["max_steps"]
     assert b.meta["num_train_epochs"] == doc["num_train_epochs"]
     assert not b.rewinds and not b.malformed

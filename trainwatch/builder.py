@@ -97,6 +97,11 @@ class BatchBuilder:
         """Plain numeric top-level keys seen by the generic path, in the order first seen (the
         fast path learns from it)."""
 
+    @property
+    def next_pos(self) -> int:
+        """The position the next record added without one takes (after all added so far)."""
+        return self._next_pos
+
     # ------------------------------------------------------------------ adding
     def add_malformed(self, line: int, reason: str) -> None:
         self.malformed.append(Malformed(line, reason))

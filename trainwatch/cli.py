@@ -31,12 +31,14 @@ TOP_HELP = """\
 trainwatch: watch neural-network training live in the terminal.
 
 usage:
-  trainwatch PATH [--poll S] [--rules FILE] [--once]   watch a run (the TUI)
+  trainwatch PATH [--run NAME_OR_ID] [--poll S] [--rules FILE] [--once]
+                                                        watch a run (the TUI)
   trainwatch demo [--run-dir DIR]                       train a small LSTM with a fault, and watch it
-  trainwatch inspect PATH [--format text|json]          what a metrics file or run directory holds
-  trainwatch check PATH [--rules FILE] [--fail-on error|warning|info|never] [--format text|json]
-                                                        run the diagnosis rules headless (CI, scripts)
-  trainwatch report PATH [--rules FILE] [--format markdown|json]
+  trainwatch inspect PATH [--run NAME_OR_ID] [--format text|json]
+                                                        what a metrics file or run directory holds
+  trainwatch check PATH [--run NAME_OR_ID] [--rules FILE] [--fail-on error|warning|info|never]
+                  [--format text|json]                  run the diagnosis rules headless (CI, scripts)
+  trainwatch report PATH [--run NAME_OR_ID] [--rules FILE] [--format markdown|json]
                                                         end-of-run summary with recommendations
   trainwatch train CONFIG [--run-dir DIR] [--set k=v]   run the bundled PyTorch trainer
 
@@ -44,6 +46,7 @@ examples:
   trainwatch runs/exp1/
   trainwatch check runs/exp1/ --fail-on warning && echo healthy
   trainwatch inspect output/checkpoint-500/trainer_state.json --format json
+  trainwatch check mlflow.db --run baseline             one run of a store (MLflow, trackio...)
 
 'trainwatch COMMAND --help' shows each command's options. Docs: docs/format.md.
 """
@@ -121,13 +124,49 @@ def _warn_unwatched(cfg: RulesConfig, run: LoadedRun, rules_file: Path | None) -
             )
 
 
-def _load_run(path: Path) -> LoadedRun:
+RUN_HELP = ("which run of a store holding several (an MLflow or trackio database, mlruns/, a "
+            "folder of runs): its name or id; without it, the only run (else they are listed)")
+
+
+def _list_runs(runs: Sequence[object]) -> None:
+    """The runs a ``--run`` picks from, as a table on stderr (stdout may be JSON)."""
+    from trainwatch.run_stores import format_runs
+
+    if runs:
+        print(format_runs(runs), file=sys.stderr)  # type: ignore[arg-type]
+
+
+def _load_run(path: Path, run: str | None = None) -> LoadedRun:
     """Everything the run at ``path`` holds, or :class:`_InputError`."""
-    from trainwatch.load import LoadError, load_run
+    from trainwatch.load import LoadError, RunChoiceError, load_run
 
     try:
-        return load_run(path)
+        return load_run(path, run)
+    except RunChoiceError as e:
+        _list_runs(e.runs)
+        raise _InputError(str(e)) from None
     except LoadError as e:
+        raise _InputError(str(e)) from None
+
+
+def _check_run_choice(path: Path, run: str | None) -> None:
+    """For the TUI: a ``--run`` that picks nothing is refused before the app starts (a store
+    without ``--run`` opens as a folder of runs)."""
+    from trainwatch.run_stores import SelectError, open_store, select_run
+
+    try:
+        store = open_store(path) if path.exists() else None
+    except Exception:  # noqa: BLE001 - unreadable now: the app says so, and retries
+        return
+    if run is None:
+        return
+    if store is None:
+        raise _InputError(f"{path}: holds one run, not several; --run picks a run of a store "
+                          "(an MLflow or trackio database, mlruns/, a folder of runs)")
+    try:
+        select_run(store, run)
+    except SelectError as e:
+        _list_runs(e.runs)
         raise _InputError(str(e)) from None
 
 
@@ -137,14 +176,17 @@ def cmd_inspect(argv: Sequence[str]) -> int:
         "trainwatch inspect",
         "Summarise a metrics file or run directory: format, records, malformed lines, segments,\n"
         "and per metric its role, point count, non-finite count, step range, last/min/max.",
-        "trainwatch inspect runs/exp1/ --format json",
+        "trainwatch inspect runs/exp1/ --format json\n"
+        "  trainwatch inspect mlflow.db --run baseline   # one run of an MLflow store",
     )
-    p.add_argument("path", type=Path, help="a metrics file of any supported format, or a run directory")
+    p.add_argument("path", type=Path, help="a metrics file of any supported format, a run "
+                   "directory, or a store of runs")
     p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument("--run", metavar="NAME_OR_ID", help=RUN_HELP)
     a = p.parse_args(argv)
     from trainwatch.inspect import format_json, format_text, summarize
 
-    summary = summarize(_load_run(a.path))
+    summary = summarize(_load_run(a.path, a.run))
     _emit(format_json(summary) if a.format == "json" else format_text(summary))
     return EXIT_OK
 
@@ -155,12 +197,14 @@ def cmd_check(argv: Sequence[str]) -> int:
         "trainwatch check",
         "Run every diagnosis rule over a whole run, headless.\n"
         "Exit 0 when no alert reaches --fail-on, 1 when one does, 2 for bad input or usage.",
-        "trainwatch check runs/exp1/ --fail-on warning --format json > alerts.json",
+        "trainwatch check runs/exp1/ --fail-on warning --format json > alerts.json\n"
+        "  trainwatch check mlruns/ --run 3f2a9c1e   # one run of an MLflow file store, by id",
     )
-    p.add_argument("path", type=Path, help="a metrics file or run directory")
+    p.add_argument("path", type=Path, help="a metrics file, run directory, or store of runs")
     p.add_argument("--rules", type=Path, help="YAML file overriding rule settings (see configs/rules.yaml)")
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.add_argument("--fail-on", choices=("error", "warning", "info", "never"), default="error")
+    p.add_argument("--run", metavar="NAME_OR_ID", help=RUN_HELP)
     a = p.parse_args(argv)
     from trainwatch.rules.commands.check import (
         exit_code,
@@ -170,7 +214,7 @@ def cmd_check(argv: Sequence[str]) -> int:
     )
 
     cfg = _load_rules(a.rules)  # first: a bad --rules is reported before a long load
-    run = _load_run(a.path)
+    run = _load_run(a.path, a.run)
     _warn_unwatched(cfg, run, a.rules)
     result = run_check(run, cfg)
     _emit(format_check_json(result) if a.format == "json" else format_check_text(result))
@@ -183,11 +227,13 @@ def cmd_report(argv: Sequence[str]) -> int:
         "trainwatch report",
         "The end-of-run summary a person reads: steps, duration, throughput, best losses, LR\n"
         "schedule, every alert with its diagnosis, and concrete recommendations.",
-        "trainwatch report runs/exp1/ > REPORT.md",
+        "trainwatch report runs/exp1/ > REPORT.md\n"
+        "  trainwatch report ~/.cache/huggingface/trackio/myproject.db --run baseline",
     )
-    p.add_argument("path", type=Path, help="a metrics file or run directory")
+    p.add_argument("path", type=Path, help="a metrics file, run directory, or store of runs")
     p.add_argument("--rules", type=Path, help="YAML file overriding rule settings")
     p.add_argument("--format", choices=("markdown", "json"), default="markdown")
+    p.add_argument("--run", metavar="NAME_OR_ID", help=RUN_HELP)
     a = p.parse_args(argv)
     from trainwatch.rules.commands.report import (
         build_report,
@@ -196,7 +242,7 @@ def cmd_report(argv: Sequence[str]) -> int:
     )
 
     cfg = _load_rules(a.rules)
-    run = _load_run(a.path)
+    run = _load_run(a.path, a.run)
     _warn_unwatched(cfg, run, a.rules)
     report = build_report(run, cfg)
     _emit(format_report_json(report) if a.format == "json" else format_report_markdown(report))
@@ -240,10 +286,13 @@ def cmd_watch(argv: Sequence[str], adopt: Path | None = None) -> int:
         "trainwatch",
         "Watch a run live: charts, metrics, alerts with evidence and fixes, console output.\n"
         "PATH is a run directory, a metrics file of any supported format, a folder of runs,\n"
-        "or a directory that does not exist yet (trainwatch waits for it).",
-        "trainwatch runs/exp1/ --poll 2   # poll every 2 s (network file systems)",
+        "a store of runs (mlflow.db, mlruns/, a trackio database, a DVCLive folder: several\n"
+        "runs open as a folder of runs), or a directory that does not exist yet (trainwatch\n"
+        "waits for it).",
+        "trainwatch runs/exp1/ --poll 2   # poll every 2 s (network file systems)\n"
+        "  trainwatch mlflow.db --run baseline   # one run of an MLflow store",
     )
-    p.add_argument("path", type=Path, help="run directory, metrics file, or folder of runs")
+    p.add_argument("path", type=Path, help="run directory, metrics file, folder or store of runs")
     p.add_argument("--poll", type=float, metavar="SECONDS",
                    help="poll instead of file events (NFS and other network file systems)")
     p.add_argument("--rules", type=Path, help="YAML file overriding rule settings")
@@ -252,14 +301,17 @@ def cmd_watch(argv: Sequence[str], adopt: Path | None = None) -> int:
     p.add_argument("--height", type=int, default=40, help="--once: screen height (default 40)")
     p.add_argument("--no-bell", action="store_true", help="no terminal bell on error alerts")
     p.add_argument("--no-notify", action="store_true", help="no desktop notification escapes")
+    p.add_argument("--run", metavar="NAME_OR_ID", help=RUN_HELP + "; without it, all of them")
     a = p.parse_args(argv)
     if a.poll is not None and not a.poll > 0:
         return _fail(f"--poll {a.poll}: expected a number of seconds > 0")
     rules = _load_rules(a.rules)
+    _check_run_choice(a.path, a.run)
     from trainwatch.tui.app import AppConfig, make_app
 
     config = AppConfig(
         path=a.path,
+        run=a.run,
         rules=rules,
         poll_interval=a.poll,
         bell=not a.no_bell,

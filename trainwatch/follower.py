@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING
 
 from trainwatch.batch import RecordBatch
 from trainwatch.formats.base import Reader
+from trainwatch.run_stores import RunSource
+from trainwatch.source_tailer import SourceTailer
 from trainwatch.tailer import (
     CHUNK_BYTES,
     FileTailer,
@@ -86,7 +88,7 @@ class Follower:
         self._watcher: WakeSource = wake_source or (
             NoWake() if poll_interval is not None else DirWatcher(self.wake)
         )
-        self._tailers: dict[str, FileTailer] = {}
+        self._tailers: dict[str, FileTailer | SourceTailer] = {}
         self._finish: set[str] = set()
         self._lock = threading.Lock()  # guards _tailers and _finish
         self._read_lock = threading.Lock()  # one reading pass at a time (worker or poll_now)
@@ -104,7 +106,12 @@ class Follower:
         """Follow a plain text file (``console.log``): lines go to ``on_text``."""
         return self._add(FileTailer(path, text=True, chunk_bytes=self.chunk_bytes))
 
-    def _add(self, tailer: FileTailer) -> str:
+    def follow_source(self, source: RunSource) -> str:
+        """Follow a run of a store (polled; its files' events wake the worker): its batches go
+        to ``on_batch`` under ``source.name``."""
+        return self._add(SourceTailer(source))
+
+    def _add(self, tailer: FileTailer | SourceTailer) -> str:
         with self._lock:
             if tailer.name in self._tailers:
                 raise ValueError(f"{tailer.name}: already followed")
@@ -120,6 +127,18 @@ class Follower:
     def paths(self) -> list[str]:
         with self._lock:
             return list(self._tailers)
+
+    def last_written(self, name: str) -> float | None:
+        """When what ``name`` holds was last written: a file's mtime, a store run's newest
+        record time; None when not known."""
+        with self._lock:
+            t = self._tailers.get(name)
+        if isinstance(t, SourceTailer):
+            return t.last_written()
+        try:
+            return os.stat(t.path if t is not None else name).st_mtime
+        except OSError:
+            return None
 
     def progress(self) -> dict[str, ReadProgress]:
         """Bytes read and file size per path (safe from any thread)."""
@@ -204,7 +223,9 @@ class Follower:
 
     def _sync_watches(self) -> None:
         with self._lock:
-            paths = [t.path for t in self._tailers.values()]
+            tailers = list(self._tailers.values())
+        paths = [p for t in tailers
+                 for p in (t.watch_paths() if isinstance(t, SourceTailer) else (t.path,))]
         try:
             problem = self._watcher.update(paths)
         except Exception as e:  # noqa: BLE001 - events are only hints: fall back to the backstop

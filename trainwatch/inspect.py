@@ -57,6 +57,7 @@ def summarize(run: LoadedRun, roles: RoleTable = DEFAULT_ROLES) -> dict[str, Any
         "events": events,
         "ranks": sorted(run.ranks),
         "files": [str(f) for f in run.files],
+        "run": None if run.run_id is None else {"id": run.run_id, "name": run.run_name},
     }
     return out
 
@@ -78,8 +79,10 @@ def format_json(summary: dict[str, Any]) -> str:
 
 
 def format_text(summary: dict[str, Any]) -> str:
+    run = summary.get("run")
     lines = [
-        f"{clean(summary['path'])}  ({summary['format']})",
+        f"{clean(summary['path'])}  ({summary['format']})"
+        + (f"  run {clean(str(run['name']))} ({clean(run['id'])})" if run else ""),
         f"records {fmt_count(summary['records'])}   segments {summary['segments']}   "
         f"malformed {summary['malformed']}"
         + (f" (lines {', '.join(map(str, summary['malformed_lines']))}"

@@ -1,17 +1,21 @@
 """Load a finished (or in-progress) run in one go: what ``inspect``, ``check`` and ``report`` read.
 
-A PATH is either a file of any supported format or a run directory (``metrics.jsonl``,
-``metrics.rank{N}.jsonl``, ``console.log``, or a framework's output folder).
+A PATH is a file of any supported format, a run directory (``metrics.jsonl``,
+``metrics.rank{N}.jsonl``, ``console.log``, or a framework's output folder), or a store of runs
+(:mod:`trainwatch.run_stores`: an MLflow or trackio database, ``mlruns/``, a DVCLive folder, a
+folder of run directories), of which one run is read: the one ``run`` names, or the only one.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from trainwatch.batch import RecordBatch
+from trainwatch.run_stores import SelectError, StoredRun, open_store, select_run
 
 CONSOLE_NAMES = ("console.log", "stdout.log", "train.log", "output.log")
 MAX_CONSOLE_LINES = 200_000
@@ -23,6 +27,15 @@ _RANK_FILE = re.compile(r"metrics\.rank(\d+)\.jsonl$")
 
 class LoadError(Exception):
     """Bad input for a command; the message is one line that names the path and what to do."""
+
+
+class RunChoiceError(LoadError):
+    """A store's run could not be chosen (several and no ``--run``, or no match): the message
+    says how to pick; ``runs`` are the runs to list for it."""
+
+    def __init__(self, message: str, runs: tuple[StoredRun, ...]) -> None:
+        super().__init__(message)
+        self.runs = runs
 
 
 @dataclass
@@ -38,6 +51,9 @@ class LoadedRun:
     console_first_line: int = 1
     files: list[Path] = field(default_factory=list)
     """Every file that was read."""
+    run_id: str | None = None
+    """The run's id in its store (None for a file or run directory given as such)."""
+    run_name: str | None = None
 
     @property
     def records(self) -> int:
@@ -49,14 +65,13 @@ def rank_of(path: Path) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def load_run(path: Path | str) -> LoadedRun:
-    """Read everything a run has written so far.
+def load_run(path: Path | str, run: str | None = None) -> LoadedRun:
+    """Read everything a run has written so far (``run``: which run of a store, by name or id).
 
     Raises :class:`LoadError` with a one-line message for a missing, unreadable or unsupported
-    path; malformed lines inside a file are not errors (they are counted in the batches).
+    path (:class:`RunChoiceError` when a store's run cannot be chosen); malformed lines inside
+    a file are not errors (they are counted in the batches).
     """
-    from trainwatch.formats.detect import find_metric_files, read_file
-
     p = Path(path)
     if not p.exists():
         raise LoadError(f"{p}: no such file or directory (check the path)")
@@ -66,15 +81,56 @@ def load_run(path: Path | str) -> LoadedRun:
         # a FIFO or a device would block the read (or never end): say so instead of hanging
         raise LoadError(f"{p}: not a regular file or directory (give a metrics file or run directory)")
     try:
+        store = open_store(p)
+    except (OSError, sqlite3.Error) as e:
+        raise LoadError(f"{p}: cannot read it ({_reason(e)})") from None
+    if store is None:
+        if run is not None:
+            raise LoadError(f"{p}: holds one run, not several; --run picks a run of a store "
+                            "(an MLflow or trackio database, mlruns/, a folder of runs)")
+        return _load_path(p)
+    try:
+        chosen = select_run(store, run)
+    except SelectError as e:
+        raise RunChoiceError(str(e), e.runs) from None
+    if chosen.directory is not None:
+        loaded = _load_path(chosen.directory)
+    else:
+        loaded = _load_stored(chosen)
+    loaded.run_id, loaded.run_name = chosen.run_id, chosen.name
+    return loaded
+
+
+def _load_stored(stored: StoredRun) -> LoadedRun:
+    """A store's run, read through its source to the end."""
+    assert stored.source is not None
+    run = LoadedRun(path=stored.store, format=stored.format)
+    try:
+        source = stored.source()
+        while True:
+            run.main += source.poll(final=True)
+            if not source.has_more:
+                break
+        run.files = [f for f in source.watch_paths() if f.is_file()]
+    except (OSError, sqlite3.Error) as e:
+        raise LoadError(f"{stored.store}: cannot read run {stored.run_id} ({_reason(e)})") from None
+    return run
+
+
+def _reason(e: BaseException) -> str:
+    return (getattr(e, "strerror", None) or str(e) or type(e).__name__).splitlines()[0]
+
+
+def _load_path(p: Path) -> LoadedRun:
+    """A metrics file or a run directory."""
+    from trainwatch.formats.detect import find_metric_files, read_file
+
+    try:
         if p.is_dir():
             files = find_metric_files(p)
             if not files:
-                runs = _runs_below(p)
-                hint = (
-                    f"; it holds runs: give one, e.g. {runs[0]}" if runs else
-                    " (expected metrics.jsonl or a supported framework log; see docs/format.md)"
-                )
-                raise LoadError(f"{p}: no metrics file found{hint}")
+                raise LoadError(f"{p}: no metrics file found (expected metrics.jsonl or a "
+                                "supported framework log; see docs/format.md)")
         else:
             files = [p]
         run = LoadedRun(path=p, format="")
@@ -111,25 +167,6 @@ def load_run(path: Path | str) -> LoadedRun:
     except ValueError as e:  # unsupported format: the reader's message names the file
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise LoadError(msg if msg.startswith(str(p)) else f"{p}: {msg}") from None
-
-
-def _runs_below(folder: Path, most: int = 50) -> list[Path]:
-    """Run directories one level down (a folder of runs, which the TUI watches but the
-    one-run commands do not take), in name order; at most ``most`` children looked at."""
-    from trainwatch.formats.detect import find_metric_files
-
-    try:
-        children = sorted(c for c in folder.iterdir() if c.is_dir())[:most]
-    except OSError:
-        return []
-    out = []
-    for c in children:
-        try:
-            if find_metric_files(c):
-                out.append(c)
-        except OSError:
-            continue
-    return out
 
 
 def read_console(

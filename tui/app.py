@@ -157,7 +157,7 @@ class TrainwatchApp(ViewActions, RunControl, AlertFeed, Redraws, App[int]):
     @work(thread=True, exclusive=True, group="ingest", exit_on_error=False)
     def _start_ingest(self) -> None:
         """Find the runs, post the newest data of each, then start the ingest thread."""
-        target = self.target or discover(self.config.path)
+        target = self.target or discover(self.config.path, self.config.run)
         self.target = target
         self.post_message(m.TargetFound(target))
         service = IngestService(
@@ -187,7 +187,7 @@ class TrainwatchApp(ViewActions, RunControl, AlertFeed, Redraws, App[int]):
         service, target = self._ingest, self.target
         if service is None or target is None:
             return
-        found = discover(self.config.path)
+        found = discover(self.config.path, self.config.run)
         known = {r.run_id: r for r in target.runs}
         new = tuple(r for r in found.runs if known.get(r.run_id) != r)
         if not new:

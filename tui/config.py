@@ -43,6 +43,8 @@ class AppConfig:
     path: Path
     """A run directory, a folder of runs, a single metrics file, or a path that does not exist
     yet (the app waits for it)."""
+    run: str | None = None
+    """``--run``: the one run of a store to watch (by name or id); None: every run it holds."""
     poll_interval: float | None = None
     """None: file events wake the reader (plus a 2 s backstop poll). A number: poll every that
     many seconds and use no file events (network file systems)."""

@@ -129,6 +129,8 @@ class IngestService:
             files = [f for f in spec.metric_files if str(f) not in self._routes]
             console = spec.console if spec.console and str(spec.console) not in self._routes else None
         main = spec.main_file
+        if spec.stored is not None and new_run:
+            self._follow_stored(run, spec)
         for f in files:
             run.targets[str(f)] = _size(f)
         if console is not None:
@@ -153,6 +155,20 @@ class IngestService:
             # before the follower runs (or with nothing to read) no batch can be on its way;
             # otherwise the follower's own callbacks decide (see check_loaded)
             self._check_loaded(run, settled=not self._started or not any(run.targets.values()))
+
+    def _follow_stored(self, run: _Run, spec: RunSpec) -> None:
+        """Follow a store's run (polled; see :mod:`trainwatch.source_tailer`) as the main stream."""
+        stored = spec.stored
+        assert stored is not None and stored.source is not None
+        try:
+            source = stored.source()
+        except Exception as e:  # noqa: BLE001  # an unreadable store: say which, go on
+            self._post(IngestFailed(spec.run_id, _one_line(stored.store, e)))
+            return
+        run.targets[source.name] = 1
+        with self._lock:
+            self._routes[source.name] = (run, "main", None)
+        self._follower.follow_source(source)
 
     def _new_engine(self, spec: RunSpec) -> Engine | None:
         if self._engine_factory is None:
@@ -258,15 +274,15 @@ class IngestService:
 
     def _written_at(self, path: str) -> float | None:
         """When the file was last written, on the app's clock (which tests may fake): its
-        mtime's age in real time, counted back from the app's now; None if it cannot be read.
+        mtime's age in real time (a store's run: its newest record's), counted back from the
+        app's now; None if it cannot be read.
 
         Judging a backlog by its records' own timestamps raised a stall at startup for a live
         run whose writer's clock runs behind ours; its mtime is recent, an abandoned run's old."""
-        try:
-            age = time.time() - os.stat(path).st_mtime
-        except OSError:
+        written = self._follower.last_written(path)
+        if written is None:
             return None
-        return self._clock() - max(0.0, age)
+        return self._clock() - max(0.0, time.time() - written)
 
     def _on_text(self, path: str, lines: list[str], first_line: int) -> None:
         route = self._routes.get(path)

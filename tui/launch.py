@@ -185,8 +185,9 @@ def fault_choices() -> list[FaultChoice]:
 
 def runs_base(target: WatchTarget | None, cwd: Path) -> Path:
     """The folder new runs go in: the watched folder of runs, the folder beside the watched run,
-    or ``./runs``."""
-    if target is not None:
+    or ``./runs`` (also when watching a tracker's store)."""
+    if target is not None and not any(r.stored for r in target.runs):
+        # (a tracker's store, a database or mlruns/, is no place for trainwatch's run folders)
         if target.kind == "sweep" or (target.kind == "waiting" and target.path.is_dir()):
             return target.path
         if target.kind == "run":

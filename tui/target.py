@@ -1,5 +1,7 @@
-"""What ``trainwatch PATH`` points at: one file, one run directory, a folder of runs, or nothing
-yet. Pure file-system logic (no Textual), run off the UI thread.
+"""What ``trainwatch PATH`` points at: one file, one run directory, a store of runs (a folder of
+run directories, an MLflow or trackio database, ``mlruns/``, a DVCLive folder: see
+:mod:`trainwatch.run_stores`), or nothing yet. Pure file-system logic (no Textual), run off the
+UI thread.
 """
 
 from __future__ import annotations
@@ -10,14 +12,20 @@ from pathlib import Path
 from typing import Literal
 
 from trainwatch.load import CONSOLE_NAMES, rank_of
+from trainwatch.run_folders import metric_files, run_dirs
+from trainwatch.run_stores import (
+    OpenedStore,
+    SelectError,
+    StoredRun,
+    display_names,
+    open_store,
+    select_run,
+)
 
 TargetKind = Literal["file", "run", "sweep", "waiting"]
 FILE_SUFFIXES = (".jsonl", ".json", ".log", ".csv", ".txt")
 """A missing PATH ending like this is a file to wait for; anything else is a run directory."""
 DEFAULT_METRICS = "metrics.jsonl"
-TEXT_LOG_SUFFIXES = (".log", ".out", ".txt", ".err")
-MAX_RUNS = 200
-"""A folder of runs is scanned this many runs deep (newest first): a huge runs/ stays usable."""
 
 
 @dataclass(frozen=True)
@@ -32,6 +40,9 @@ class RunSpec:
     """Metric files; the first without a rank is the main stream, the others are rank streams."""
     console: Path | None
     """The text log shown in the console pane (may not exist yet)."""
+    stored: StoredRun | None = None
+    """A store's run that is not a run directory (a database's rows, an ``mlruns/`` run): read
+    through its source, with no metric files of its own."""
 
     @property
     def main_file(self) -> Path | None:
@@ -53,28 +64,18 @@ class WatchTarget:
 
 def find_metric_files(run_dir: Path) -> list[Path]:
     """The metric files of a run directory (the readers' detection decides what counts)."""
-    from trainwatch.formats.detect import find_metric_files as detect
-
-    try:
-        return list(detect(run_dir))
-    except (OSError, ValueError):
-        return []
+    return metric_files(run_dir)
 
 
 def _console_beside(directory: Path, exclude: tuple[Path, ...] = ()) -> Path:
-    """The run's console log: a conventional name, else the newest other text log beside the
-    metrics, else ``console.log`` (followed until it appears)."""
+    """The run's console log: one of the names a run directory gives it (``console.log``...),
+    else ``console.log`` (followed until it appears). Another text log beside the metrics is
+    not this run's: a folder of downloaded logs puts one run's stdout beside another's
+    ``trainer_state.json``."""
     for name in CONSOLE_NAMES:
         c = directory / name
         if c.is_file() and c not in exclude:
             return c
-    try:
-        logs = [p for p in directory.iterdir()
-                if p.suffix in TEXT_LOG_SUFFIXES and p not in exclude and p.is_file()]
-    except OSError:
-        logs = []
-    if logs:
-        return max(logs, key=lambda p: (p.stat().st_mtime, p.name))
     return directory / CONSOLE_NAMES[0]
 
 
@@ -105,10 +106,24 @@ def _waiting_run(run_dir: Path) -> RunSpec:
                    run_dir / CONSOLE_NAMES[0])
 
 
-def discover(path: Path) -> WatchTarget:
-    """Decide what ``path`` is and which files to follow. Never raises for a missing path."""
+def discover(path: Path, run: str | None = None) -> WatchTarget:
+    """Decide what ``path`` is and which files to follow. Never raises for a missing path.
+
+    ``run`` (``--run``) picks one run of a store by name or id; one it does not match leaves
+    every run (the CLI refuses such a ``--run`` before the app starts)."""
     path = Path(path)
     ro = is_read_only(path)
+    store = _store(path)
+    if store is not None and store.runs:
+        runs = store.runs
+        if run is not None:
+            try:
+                runs = (select_run(store, run),)
+            except SelectError:
+                pass
+        specs = stored_specs(runs)
+        return WatchTarget(path, "run" if len(specs) == 1 and store.format != "folder" else
+                           "sweep", specs, ro)
     if path.is_file():
         console = _console_beside(path.parent, (path,))
         spec = RunSpec(path.name, path.parent, (path,), console if console.is_file() else None)
@@ -124,34 +139,33 @@ def discover(path: Path) -> WatchTarget:
     own = _run_spec(path, path.name or str(path))
     if own is not None:
         return WatchTarget(path, "run", (own,), ro)
-    runs = find_runs(path)
-    if runs:
-        return WatchTarget(path, "sweep", tuple(runs), ro)
     return WatchTarget(path, "waiting", (_waiting_run(path),), ro)
 
 
-def find_runs(folder: Path, depth: int = 2) -> list[RunSpec]:
-    """Runs below ``folder`` (up to ``depth`` levels), newest first, at most :data:`MAX_RUNS`."""
-    found: list[tuple[float, RunSpec]] = []
-    _walk(folder, folder, depth, found)
-    found.sort(key=lambda t: -t[0])
-    return [spec for _m, spec in found[:MAX_RUNS]]
-
-
-def _walk(root: Path, d: Path, depth: int, found: list[tuple[float, RunSpec]]) -> None:
-    if depth <= 0 or len(found) >= MAX_RUNS * 2:
-        return
+def _store(path: Path) -> OpenedStore | None:
     try:
-        children = sorted(p for p in d.iterdir() if p.is_dir() and not p.name.startswith("."))
-    except OSError:
-        return
-    for child in children:
-        spec = _run_spec(child, str(child.relative_to(root)))
-        if spec is None:
-            _walk(root, child, depth - 1, found)
+        return open_store(path)
+    except Exception:  # noqa: BLE001 - a store being created or locked: look again later
+        return None
+
+
+def stored_specs(runs: tuple[StoredRun, ...] | list[StoredRun]) -> tuple[RunSpec, ...]:
+    """A spec per store run: a run directory's files, or the run's source."""
+    names = display_names(runs)
+    out = []
+    for r in runs:
+        if r.directory is not None:
+            spec = _run_spec(r.directory, r.run_id)
+            if spec is not None:
+                out.append(spec)
             continue
-        try:
-            mtime = max(f.stat().st_mtime for f in spec.metric_files if f.exists())
-        except (OSError, ValueError):
-            mtime = 0.0
-        found.append((mtime, spec))
+        root = r.store if r.store.is_dir() else r.store.parent
+        out.append(RunSpec(names[r], root, (), None, stored=r))
+    return tuple(out)
+
+
+def find_runs(folder: Path, depth: int = 2) -> list[RunSpec]:
+    """Run directories below ``folder`` (up to ``depth`` levels), newest first (at most
+    :data:`trainwatch.run_folders.MAX_RUNS`)."""
+    return [RunSpec(r.rel, r.path, r.files, _console_beside(r.path, r.files))
+            for r in run_dirs(folder, depth)]

@@ -225,6 +225,7 @@ def make_reader(
 # ---------------------------------------------------------------------- run folders
 _VERSION_DIR = re.compile(r"version_(\d+)")
 _SKIP_DIRS = frozenset({"wandb", "__pycache__", "node_modules", ".git"})
+_KERAS_EVENT_DIRS = frozenset({"train", "validation"})
 
 
 def find_metric_files(run_dir: Path) -> list[Path]:
@@ -235,8 +236,10 @@ def find_metric_files(run_dir: Path) -> list[Path]:
        by step, see :func:`newest_trainer_state`), ``metrics.csv`` here or in the newest
        ``lightning_logs/version_N``, mmengine's ``vis_data/*.json`` (here or in the newest
        timestamp folder), the newest mmcv ``*.log.json``, detectron2's ``metrics.json``,
-       ``events.out.tfevents.*`` here and one folder down (Keras' ``train/``,
-       ``validation/``, the newest ``version_N``), and ``.log``/``.txt``/``.out``/``.csv``
+       ``events.out.tfevents.*`` here and, beside them, one folder down; without them here,
+       one folder down only when those folders are Keras' ``train/`` and ``validation/``
+       (other sub-folders with event files are the runs of a TensorBoard log directory: see
+       :mod:`trainwatch.run_folders`), and in the newest ``version_N``; and ``.log``/``.txt``/``.out``/``.csv``
        files here whose content is a Keras or Lightning CSV;
     3. only when none of the above exists: ``.log``/``.txt``/``.out`` files here with metric
        lines (llm.c, nanoGPT...). Next to structured metrics a text log is the run's console
@@ -288,7 +291,16 @@ def find_metric_files(run_dir: Path) -> list[Path]:
         found.add(mmcv_logs[-1])
     if "metrics.json" in files and _detect_file(files["metrics.json"]) == "detectron2":
         found.add(files["metrics.json"])
-    event_dirs = [run_dir] + [d for d in dirs.values() if not _VERSION_DIR.fullmatch(d.name)]
+    event_dirs = [d for d in dirs.values() if not _VERSION_DIR.fullmatch(d.name)]
+    if not any(n.startswith("events.out.tfevents") for n in files):
+        # no event file here: sub-folders with event files are the runs of a TensorBoard log
+        # directory (trainwatch.run_folders), unless they are only Keras' train/ and
+        # validation/ of one run
+        with_events = [d for d in event_dirs if any(
+            p.name.startswith("events.out.tfevents") for p in _children(d))]
+        if not all(d.name in _KERAS_EVENT_DIRS for d in with_events):
+            event_dirs = []
+    event_dirs.append(run_dir)
     if newest_version is not None:
         event_dirs.append(newest_version)
     for d in event_dirs:

@@ -19,6 +19,12 @@ What the Trainer writes, and the choices made here:
   JSON document is complete or invalid, so unlike a CSV a shorter valid history is a change,
   not a torn write.
 * The file has no clock: record times are the moment we first read them.
+* A state written when training was done is a finished run: its history ends with the summary
+  ``train()`` logs when it returns (``train_runtime``, ``train_loss``...), or it was saved as
+  training stopped (``global_step`` reached ``max_steps``, or ``TrainerControl`` says
+  ``should_training_stop``: the final checkpoint, whose history may end with evaluations). A
+  ``run_end`` event (status ``finished``) follows the last entry, once, so the rules
+  (``stalled_stream``) and the TUI know it ended.
 
 During training the file exists only in ``checkpoint-<step>/`` folders (the output folder
 gets its own copy when training ends): :func:`newest_trainer_state` picks the one to follow.
@@ -55,6 +61,12 @@ class HfTrainerStateReader(SnapshotReaderBase):
     """Reads successive snapshots of one ``trainer_state.json``."""
 
     format = "hf_trainer"
+    _ended = False
+    """A ``run_end`` was made for the history returned so far."""
+
+    def reset(self) -> None:
+        super().reset()
+        self._ended = False
 
     def parse_snapshot(self, data: bytes) -> RecordBatch | None:
         """Parse the whole file; None when it is half-written (empty or not valid JSON)."""
@@ -86,8 +98,30 @@ class HfTrainerStateReader(SnapshotReaderBase):
                 )
                 continue
             builder.add_record(entry, 0)
+        if reset or diff.start < len(history):
+            self._ended = False  # new records: whether the run has ended is asked again
+        if not self._ended and _finished(doc, history):
+            step = history[-1].get("step") if history and type(history[-1]) is dict else None
+            builder.add_record({"event": "run_end", "status": "finished", "step": step}, 0)
+            self._ended = True
         self._history.commit(prints)
         return builder.build(reset=reset, meta=meta)
+
+
+def _finished(doc: dict[str, Any], history: list[Any]) -> bool:
+    """Whether the Trainer was done when it wrote this state: its history ends with the summary
+    ``train()`` logs when it returns (``train_runtime``), or the state was saved as training
+    stopped (``global_step`` reached ``max_steps``, or ``TrainerControl``'s
+    ``should_training_stop``: the last checkpoint, evaluations after the last loss included)."""
+    if history and type(history[-1]) is dict and "train_runtime" in history[-1]:
+        return True
+    steps, top = doc.get("global_step"), doc.get("max_steps")
+    if type(steps) is int and type(top) is int and 0 < top <= steps:
+        return True
+    control = (doc.get("stateful_callbacks") or {}).get("TrainerControl") if type(
+        doc.get("stateful_callbacks")) is dict else None
+    args = control.get("args") if type(control) is dict else None
+    return type(args) is dict and args.get("should_training_stop") is True
 
 
 def newest_trainer_state(output_dir: Path) -> Path | None:
