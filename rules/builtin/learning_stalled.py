@@ -76,22 +76,14 @@ _FLAT_FIXES = (("Print optimizer.param_groups[0]['lr'] and "
                 "surgery, and that optimizer.step() runs every step"))
 
 
-def _reaching(bar: int, runs: np.ndarray, starts: np.ndarray, ends: np.ndarray,
-              back: np.ndarray) -> list[tuple[int, int]]:
-    """(run, index) of the runs among ``runs`` whose length reaches ``bar`` in this frame, at the
-    index where it does (run r is ``starts[r]:ends[r]``, after ``back[r]`` equal values in
-    earlier frames)."""
-    at = starts[runs] + bar - 1 - back[runs]
-    ok = (at >= starts[runs]) & (at < ends[runs])
-    return list(zip(runs[ok].tolist(), at[ok].tolist()))
-
-
 class LearningStalledRule(Rule):
     id = "learning_stalled"
     roles_read = ("loss",)
 
     def __init__(self, cfg: StalledConfig, ctx: Context) -> None:
         super().__init__(cfg, ctx)
+        self._long = max(cfg.zero_points, cfg.mixed_points)
+        """The run of zeros that fires in any loss (one that turned into zeros altogether)."""
         self.rewind()
 
     def rewind(self) -> None:
@@ -115,54 +107,63 @@ class LearningStalledRule(Rule):
         cfg: StalledConfig = self.cfg
         v = f.values
         m = v.shape[0]
-        # runs of equal values: run r is starts[r]:ends[r], the first one going on from the
-        # last frame's (``back`` values of it came before)
-        starts = np.concatenate(([0], (v[1:] != v[:-1]).nonzero()[0] + 1))
-        ends = np.append(starts[1:], m)
-        back = np.zeros(starts.shape[0], dtype=np.int64)
-        back[0] = self.prev_len if v[0] == self.prev else 0
-        since = f.steps[starts]
-        if back[0]:
-            since[0] = self.start_step
-        zero = v[starts] == 0.0
-
-        runs = (starts, ends, back)
-        found = [(i, cfg.constant_points, r, False)
-                 for r, i in _reaching(cfg.constant_points, (~zero).nonzero()[0], *runs)]
-        zero_runs = zero.nonzero()[0]
+        # runs of equal values: run r is starts[r]:ends[r]; the first goes on from the last
+        # frame's run when it holds the same value (``back`` of its values came before)
+        cut = (v[1:] != v[:-1]).nonzero()[0] + 1
+        starts = np.concatenate(([0], cut))
+        ends = np.concatenate((cut, [m]))
+        back = self.prev_len if v[0] == self.prev else 0
+        lens = ends - starts
+        lens[0] += back
+        # only a run as long as the shortest bar can reach one: where each does
+        long = (lens >= min(cfg.constant_points, cfg.zero_points)).nonzero()[0].tolist()
+        found: list[tuple[int, int, int, bool]] = []  # (index, run length there, run, zero)
+        for r in long:
+            zero = bool(v[starts[r]] == 0.0)
+            for bar in {cfg.zero_points, self._long} if zero else (cfg.constant_points,):
+                i = int(starts[r]) + bar - 1 - (back if r == 0 else 0)
+                if starts[r] <= i < ends[r]:
+                    found.append((i, bar, r, zero))
+        found.sort()
+        zero_runs = (v[starts] == 0.0).nonzero()[0]
         if zero_runs.shape[0]:
-            found += self._zeros(zero_runs, *runs)
+            found = self._arm(found, zero_runs, starts, ends, back)
         else:
             self.nonzero_run += m
         if self.nonzero_run >= cfg.rearm_points:
             self.zero_armed = True
-        self.prev, self.prev_len = float(v[-1]), int(ends[-1] - starts[-1] + back[-1])
-        self.start_step = int(since[-1])
-        return [self._hit(f, i, n, int(since[r]), z) for i, n, r, z in sorted(found)]
 
-    def _zeros(self, zero_runs: np.ndarray, starts: np.ndarray, ends: np.ndarray,
-               back: np.ndarray) -> list[tuple[int, int, int, bool]]:
-        """The runs of zeros of a frame that fire: (index, run length there, run, True)."""
+        def since(r: int) -> int:
+            return self.start_step if r == 0 and back else int(f.steps[starts[r]])
+
+        hits = [self._hit(f, i, n, since(r), zero) for i, n, r, zero in found]
+        self.prev, self.prev_len, self.start_step = float(v[-1]), int(lens[-1]), since(len(lens) - 1)
+        return hits
+
+    def _arm(self, found: list[tuple[int, int, int, bool]], zero_runs: np.ndarray,
+             starts: np.ndarray, ends: np.ndarray, back: int) -> list[tuple[int, int, int, bool]]:
+        """``found`` (index, run length there, run, zero; in order) without the runs of zeros
+        that do not fire: one fires while armed, with ``mixed_points`` non-zero values before
+        it or at its longer bar. Carries the arming, the non-zero run and the gap."""
         cfg: StalledConfig = self.cfg
-        long = max(cfg.zero_points, cfg.mixed_points)
-        # non-zero values in a row before each run of zeros (a run going on: the carried count)
-        before_end = np.append(0, ends[zero_runs[:-1]])
-        gap = starts[zero_runs] - before_end
+        # non-zero values in a row before each run of zeros (a run going on: the carried gap)
+        gap = starts[zero_runs] - np.concatenate(([0], ends[zero_runs[:-1]]))
         gap[0] += self.nonzero_run
         rearms = gap >= cfg.rearm_points
-        if back[zero_runs[0]]:
+        if zero_runs[0] == 0 and back:
             gap[0], rearms[0] = self.run_gap, False  # (its gap re-armed in the last frame)
-        cand = sorted((i, bar, r) for bar in {cfg.zero_points, long}
-                      for r, i in _reaching(bar, zero_runs, starts, ends, back))
         fired = []
-        seen = 0  # runs of zeros whose gaps have re-armed the rule (or not)
-        for i, bar, r in cand:
+        seen = 0  # runs of zeros whose gap has re-armed the rule (or not)
+        for i, bar, r, zero in found:
+            if not zero:
+                fired.append((i, bar, r, zero))
+                continue
             j = int(zero_runs.searchsorted(r))
             if not self.zero_armed and rearms[seen:j + 1].any():
                 self.zero_armed = True
             seen = j + 1
-            if self.zero_armed and (bar >= long or gap[j] >= cfg.mixed_points):
-                fired.append((i, bar, r, True))
+            if self.zero_armed and (bar >= self._long or gap[j] >= cfg.mixed_points):
+                fired.append((i, bar, r, zero))
                 self.zero_armed = False
         if rearms[seen:].any():
             self.zero_armed = True

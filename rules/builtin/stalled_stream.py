@@ -134,17 +134,19 @@ class StalledStreamRule(Rule):
         if t.shape[0] == 0:
             return []
         last = math.nan if self.last_time is None else self.last_time
-        gap = np.diff(t, prepend=last)
+        gap = np.diff(np.concatenate(([last], t)))
         valid = np.isfinite(gap) & (gap >= 0)
         cleared, self.finished, started = restarts(frame, cfg.end_events, self.finished)
-        valid[cleared] = False
+        if cleared:
+            valid[cleared] = False
         self.announced = self.announced or started
         ok = gap[valid]
-        at = valid.nonzero()[0]
         hits: list[Hit] = []
         w = cfg.gap_window
-        for i in (valid & (gap > cfg.min_seconds)).nonzero()[0].tolist():
-            k = int(at.searchsorted(i))  # the valid gaps before gap i: the last w count
+        over = (valid & (gap > cfg.min_seconds)).nonzero()[0].tolist()
+        n_valid = np.cumsum(valid) if over else valid  # (valid gaps up to each)
+        for i in over:
+            k = int(n_valid[i]) - 1  # the valid gaps before gap i: the last w count
             lim, med = self.limit(np.concatenate((self.gaps, ok[max(0, k - w):k])))
             prev = last if i == 0 else float(t[i - 1])
             if gap[i] > lim and self.reported_for != prev:
