@@ -110,6 +110,12 @@ class LearningStalledRule(Rule):
         # runs of equal values: run r is starts[r]:ends[r]; the first goes on from the last
         # frame's run when it holds the same value (``back`` of its values came before)
         cut = (v[1:] != v[:-1]).nonzero()[0] + 1
+        if cut.shape[0] == m - 1 and v[0] != self.prev and not np.count_nonzero(v == 0.0):
+            # (the usual frame: every run is one value and none is 0, so none reaches a bar)
+            self.prev, self.prev_len, self.start_step = float(v[-1]), 1, int(f.steps[-1])
+            self.nonzero_run += m
+            self.zero_armed = self.zero_armed or self.nonzero_run >= cfg.rearm_points
+            return []
         starts = np.concatenate(([0], cut))
         ends = np.concatenate((cut, [m]))
         back = self.prev_len if v[0] == self.prev else 0

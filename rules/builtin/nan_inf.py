@@ -63,7 +63,11 @@ class NanInfRule(Rule):
     def __init__(self, cfg: NanInfConfig, ctx: Context) -> None:
         super().__init__(cfg, ctx)
         self.episode = Episode(cfg.rearm_points, cfg.cooldown_steps, 0)
-        self._roles = sorted(cfg.roles, key=lambda r: _ORDER.index(r) if r in _ORDER else 9)
+        roles = sorted(cfg.roles, key=lambda r: _ORDER.index(r) if r in _ORDER else 9)
+        self._watch: list[tuple[str, str | None]] = [
+            *((role, None) for role in roles), *((name, name) for name in cfg.metrics)]
+        """(label, series name) of the watched series: roles (their series is the frame's)
+        first, in reporting order, then the series watched by name."""
 
     def rewind(self) -> None:
         self.episode.reset()
@@ -71,14 +75,16 @@ class NanInfRule(Rule):
     def _watched(self, frame: Frame) -> tuple[list[tuple[str, Points]], bool]:
         """The watched series present in the frame (each once, by role then by name), and
         whether all their values are finite."""
-        cfg: NanInfConfig = self.cfg
         out: dict[str, tuple[str, Points]] = {}
-        named = [(role, frame.roles.get(role)) for role in self._roles]
-        for role, name in [*named, *((n, n) for n in cfg.metrics)]:
+        finite = True
+        for role, name in self._watch:
+            if name is None:  # a role: its series in this frame
+                name = frame.roles.get(role)
             pts = frame.series.get(name) if name is not None else None
-            if pts is not None and len(pts) and name not in out:
+            if pts is not None and pts.values.shape[0] and name not in out:
                 out[name] = (role, pts)
-        return list(out.values()), all(p.all_finite for _r, p in out.values())
+                finite = finite and pts.all_finite
+        return list(out.values()), finite
 
     def update(self, frame: Frame) -> list[Hit]:
         watched, finite = self._watched(frame)
@@ -177,10 +183,20 @@ def rows(watched: list[tuple[str, Points]]
          ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """One row per record carrying any watched series, in record order: (record, its step as
     the first series carrying it gives it, any value non-finite, a value other than the grad
-    norm's non-finite)."""
-    rec_pos, first = np.unique(np.concatenate([p.pos for _r, p in watched]), return_index=True)
-    rec_step = np.concatenate([p.steps for _r, p in watched])[first]
-    bad_pos = [p.pos[~np.isfinite(p.values)] for _r, p in watched]
-    severe_pos = [b for (role, _p), b in zip(watched, bad_pos) if role != "grad_norm"]
-    return (rec_pos, rec_step, np.isin(rec_pos, np.concatenate(bad_pos)),
-            np.isin(rec_pos, np.concatenate([*severe_pos, np.empty(0, dtype=np.int64)])))
+    norm's non-finite). The series are laid out over the span of records they cover."""
+    base = min(int(p.pos[0]) for _r, p in watched)
+    span = max(int(p.pos[-1]) for _r, p in watched) - base + 1
+    has = np.zeros(span, dtype=bool)
+    bad = np.zeros(span, dtype=bool)
+    severe = np.zeros(span, dtype=bool)
+    step = np.empty(span, dtype=np.int64)
+    for role, p in reversed(watched):  # (the first series written last: its step stays)
+        at = p.pos - base
+        has[at] = True
+        step[at] = p.steps
+        b = at[~np.isfinite(p.values)]
+        bad[b] = True
+        if role != "grad_norm":
+            severe[b] = True
+    rows = has.nonzero()[0]
+    return rows + base, step[rows], bad[rows], severe[rows]

@@ -134,8 +134,11 @@ class StalledStreamRule(Rule):
         if t.shape[0] == 0:
             return []
         last = math.nan if self.last_time is None else self.last_time
-        gap = np.diff(np.concatenate(([last], t)))
-        valid = np.isfinite(gap) & (gap >= 0)
+        gap = np.empty(t.shape[0])
+        gap[0] = t[0] - last
+        np.subtract(t[1:], t[:-1], out=gap[1:])
+        valid = np.isfinite(gap)
+        valid &= gap >= 0
         cleared, self.finished, started = restarts(frame, cfg.end_events, self.finished)
         if cleared:
             valid[cleared] = False
@@ -143,7 +146,7 @@ class StalledStreamRule(Rule):
         ok = gap[valid]
         hits: list[Hit] = []
         w = cfg.gap_window
-        over = (valid & (gap > cfg.min_seconds)).nonzero()[0].tolist()
+        over = [i for i in (gap > cfg.min_seconds).nonzero()[0].tolist() if valid[i]]
         n_valid = np.cumsum(valid) if over else valid  # (valid gaps up to each)
         for i in over:
             k = int(n_valid[i]) - 1  # the valid gaps before gap i: the last w count
