@@ -36,9 +36,9 @@ RUN_LEVEL: dict[str, frozenset[str]] = {
     "LrExhaustedRule": frozenset({"n", "peak", "all_zero", "start_fired", "zrun", "zfired",
                                   "zrun_start", "frun", "frun_start", "ffired", "last_lr"}),
     # the stream runs on through a resume: only the gap into it is not a stall
-    "StalledStreamRule": frozenset({"last_step", "last_pos", "_gaps", "_run", "_tail", "_memo",
-                                    "finished", "announced", "reported_for", "watch_start",
-                                    "last_arrival", "arrived_while_watching"}),
+    "StalledStreamRule": frozenset({"last_step", "last_pos", "gaps", "finished", "announced",
+                                    "reported_for", "watch_start", "last_arrival",
+                                    "arrived_while_watching"}),
     # the series' recent history and the run's point counts (the logs and shared streams restart)
     "Context": frozenset({"_hist", "_pending", "frame", "run_points"}),
 }

@@ -1,73 +1,54 @@
 """rank_straggler's "median of the other ranks", taken for every rank from one sort, against the
-plain reference: delete the rank's column and take the NaN-median of what is left."""
+plain reference (delete the rank's column and take the NaN-median of what is left), and the whole
+rule against a per-step reference."""
 
 from __future__ import annotations
+
+import statistics
 
 import numpy as np
 import pytest
 
-from trainwatch.rules.builtin.rank_straggler import _shared_steps, median_of_others_full
-from trainwatch.rules.detectors.stats import nan_median_of_others, nan_median_rows
+from trainwatch.rules.builtin.rank_straggler import median_of_others
 
 
 def _reference(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    meds = np.empty(a.shape)
-    counts = np.empty(a.shape, dtype=np.int64)
-    for j in range(a.shape[1]):
-        others = np.delete(a, j, axis=1)
-        counts[:, j] = np.count_nonzero(~np.isnan(others), axis=1)
-        meds[:, j] = nan_median_rows(others)
+    """For each value of a ranks x steps array: the median of the other values logged at its
+    step (NaN: not logged), and how many there are, one value at a time."""
+    meds = np.full(a.shape, np.nan)
+    counts = np.zeros(a.shape, dtype=np.int64)
+    for j, i in np.ndindex(*a.shape):
+        others = [float(x) for q, x in enumerate(a[:, i]) if q != j and not np.isnan(x)]
+        counts[j, i] = len(others)
+        if others and not np.isnan(a[j, i]):
+            meds[j, i] = statistics.median(others)
     return meds, counts
 
 
-def test_median_of_the_others_equals_deleting_each_column() -> None:
+def test_median_of_the_others_equals_leaving_each_rank_out() -> None:
     rng = np.random.default_rng(11)
     for k in (2, 3, 4, 5, 8, 9):
-        a = np.round(rng.lognormal(0, 0.3, (400, k)), 1)  # rounded: ties are common
-        a[rng.random(a.shape) < 0.25] = np.nan  # ranks missing steps, some rows all NaN
-        a[:5] = np.nan
-        a[5:10, 1:] = np.nan  # one value alone: the others of column 0 are none
-        got, n = nan_median_of_others(a)
-        ref, n_ref = _reference(a)
-        assert np.array_equal(n, n_ref)
-        assert np.array_equal(got, ref, equal_nan=True), k
-        assert np.isnan(got).any() and not np.isnan(got).all()
-
-
-def test_median_of_the_others_without_missing_values_needs_no_ranking() -> None:
-    # every rank logged every step: the same numbers, bit for bit, without the ranking
-    rng = np.random.default_rng(12)
-    for k in range(2, 10):
-        for scale in (1.0, 0.3):  # rounded: many ties; less rounded: few
-            a = np.round(rng.lognormal(0, scale, (500, k)), 1) + 0.1
+        for missing in (0.25, 0.0):  # ranks missing steps, or every rank logging every step
+            a = np.round(rng.lognormal(0, 0.3, (k, 400)), 1)  # rounded: ties are common
             a[rng.random(a.shape) < 0.01] = np.inf  # (1 / a subnormal throughput)
-            got = median_of_others_full(a)
-            ref, _n = nan_median_of_others(a)
-            assert got.tobytes() == ref.tobytes(), (k, scale)
-
-
-def test_shared_steps_are_the_sorted_distinct_steps_of_all_ranks() -> None:
-    # every rank with the same steps: those up to the limit, with no sort; anything else (a
-    # rank skipping or repeating a step, or ahead of the others) is left to the sort (None)
-    rng = np.random.default_rng(13)
-    base = np.arange(1, 501, dtype=np.int64)
-    skipped = base[rng.random(500) > 0.1]
-    repeated = np.sort(np.concatenate([base, base[40:42]]))
-    for limit in (0, 1, 250, 499, 500, 10_000):
-        got = _shared_steps([base, base.copy(), base.copy()], limit)
-        ref = np.unique(np.concatenate([base] * 3))
-        assert got is not None and got.tolist() == ref[ref <= limit].tolist(), limit
-        assert _shared_steps([base, skipped], limit) is None
-        assert _shared_steps([repeated, repeated.copy()], limit) is None
-        assert _shared_steps([base, base[:-1]], limit) is None
+            a[rng.random(a.shape) < missing] = np.nan
+            if missing:
+                a[:, :5] = np.nan  # some steps logged by no rank
+                a[1:, 5:10] = np.nan  # one value alone: the others of rank 0 are none
+            got, n = median_of_others(a)
+            ref, n_ref = _reference(a)
+            assert np.array_equal(n, n_ref)
+            logged = ~np.isnan(a)  # (a value not logged is not compared)
+            assert got[logged].tobytes() == ref[logged].tobytes(), (k, missing)
+            assert np.isnan(ref[logged]).any() == bool(missing)
 
 
 def test_a_value_is_compared_with_the_others_only() -> None:
-    a = np.array([[1.0, 1.0, 1.0, 10.0], [1.0, 2.0, np.nan, 3.0]])
-    got, n = nan_median_of_others(a)
-    assert got[0].tolist() == [1.0, 1.0, 1.0, 1.0]
-    assert got[1].tolist() == [2.5, 2.0, 2.0, 1.5]
-    assert n.tolist() == [[3, 3, 3, 3], [2, 2, 3, 2]]
+    a = np.array([[1.0, 1.0, 1.0, 10.0], [1.0, 2.0, np.nan, 3.0]]).T
+    got, n = median_of_others(a)
+    assert got[:, 0].tolist() == [1.0, 1.0, 1.0, 1.0]
+    assert got[:, 1].tolist() == [2.5, 2.0, 2.0, 1.5]  # (not logged: the median of its step)
+    assert n.T.tolist() == [[3, 3, 3, 3], [2, 2, 3, 2]]
 
 
 def _stream(steps: np.ndarray, dt: np.ndarray) -> bytes:

@@ -13,10 +13,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from trainwatch.rules.builtin.growth_alerts import DETACH_CAUSES, DETACH_FIXES
-from trainwatch.rules.config.models import ConsoleConfig, DetachConfig
+from trainwatch.rules.config.models import DetachConfig, RuleBase
+from trainwatch.rules.config.schema import integer
 from trainwatch.rules.engine.base import Hit, make_hit
 
+
+@dataclass(frozen=True)
+class ConsoleConfig(RuleBase):
+    cooldown_lines: int = integer(ge=0)
+    """The same error again within this many lines is the same episode."""
+
+
 MAX_TEXT = 300
+"""Most characters of a console line kept in an alert's evidence."""
 
 
 @dataclass(frozen=True)

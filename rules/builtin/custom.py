@@ -19,8 +19,7 @@ from typing import Any
 import numpy as np
 
 from trainwatch.rules.config.loading import CustomRuleConfig
-from trainwatch.rules.detectors.stats import true_runs
-from trainwatch.rules.engine.base import Context, Frame, Hit, Rule, fmt, r6
+from trainwatch.rules.engine.base import Context, Frame, Hit, Points, Rule, fmt, r6
 
 
 class _SafeDict(dict[str, Any]):
@@ -49,12 +48,10 @@ class CustomRule(Rule):
         self.series: str | None = None
         """Name of the series the count was built on (a role's series changes when it moves)."""
 
-    def _points(self, frame: Frame) -> Any:
+    def _points(self, frame: Frame) -> Points | None:
+        """The metric's points: the series of that name, else the role's."""
         name = self.cfg.metric
-        pts = frame.metric(name)
-        if pts is None and name not in frame.series:
-            pts = frame.role(name)
-        return pts
+        return frame.series[name] if name in frame.series else frame.role(name)
 
     def update(self, frame: Frame) -> list[Hit]:
         cfg: CustomRuleConfig = self.cfg
@@ -63,8 +60,10 @@ class CustomRule(Rule):
             return []
         if pts.name != self.series:  # a role moved: its new series starts its own count
             self.first, self.fired, self.series = None, False, pts.name
-        f = pts.finite()
+        f = pts.finite()  # (a value that is not finite neither holds nor breaks a run)
         v = f.values
+        if not v.shape[0]:
+            return []
         bad = np.zeros(v.shape[0], dtype=bool)
         if cfg.above is not None:
             bad |= v > cfg.above
@@ -73,27 +72,23 @@ class CustomRule(Rule):
         if not bad.any():
             self.first, self.fired = None, False
             return []
-        steps = f.steps
-        _len, rid = true_runs(bad, 1 if self.first is not None else 0)
-        starts = np.flatnonzero(bad & ~np.concatenate(([self.first is not None], bad[:-1])))
-        first = np.where(rid == 0, self.first if self.first is not None else 0,
-                         steps[starts[np.maximum(rid - 1, 0)]] if starts.shape[0] else 0)
-        cond = bad & (steps - first + 1 >= cfg.for_steps)
-        fired = {0} if self.fired else set()
-        hits: list[Hit] = []
-        for i in np.flatnonzero(cond).tolist():
-            r = int(rid[i])
-            if r in fired:
-                continue
-            fired.add(r)
-            hits.append(self._hit(f, i, int(first[i])))
+        # runs of violations: each point's run (0: the one going on from the last frame)
+        carried = self.first is not None
+        new = bad & ~np.concatenate(([carried], bad[:-1]))
+        rid = np.cumsum(new)
+        first = np.concatenate(([self.first or 0], f.steps[new]))[rid]
+        # each run fires at its first point held for for_steps steps (the carried one: once)
+        at = np.flatnonzero(bad & (f.steps - first + 1 >= cfg.for_steps))
+        runs = rid[at]
+        once = np.concatenate(([True], runs[1:] != runs[:-1])) & ~((runs == 0) & self.fired)
+        fired = set(runs[once].tolist()) | ({0} if self.fired else set())
         if bad[-1]:
             self.first, self.fired = int(first[-1]), int(rid[-1]) in fired
         else:
             self.first, self.fired = None, False
-        return hits
+        return [self._hit(f, i, int(first[i])) for i in at[once].tolist()]
 
-    def _hit(self, f: Any, i: int, since: int) -> Hit:
+    def _hit(self, f: Points, i: int, since: int) -> Hit:
         cfg: CustomRuleConfig = self.cfg
         value = float(f.values[i])
         high = cfg.above is not None and value > cfg.above

@@ -1,31 +1,56 @@
 """``nan_inf``: a non-finite loss, val_loss, grad norm or LR (or an opted-in series).
 
-It fires at the first non-finite record of an episode, and ranks causes by what came before:
-a grad-norm blow-up (LR too high, no clipping), a NaN within the run's first points (init, LR,
-data), or no warning sign at all (log(0), a division by zero, a bad batch, fp16 overflow).
-A grad norm that alone goes non-finite while the loss is finite is an fp16 step GradScaler
-skips: a warning, escalated to an error if the loss follows.
+It fires at the first record of an episode where a watched value is not finite, and ranks
+causes by what came before: a grad-norm blow-up (its last ``lookback`` points ``blowup_ratio``
+times the median of the points before, or a ``grad_explosion`` among them: LR too high, no
+clipping), a NaN within the run's first ``early_points`` loss points (init, LR, data), or no
+warning sign at all (log(0), a division by zero, a bad batch, fp16 overflow). A grad norm that
+alone goes non-finite while the loss is finite is an fp16 step GradScaler skips: a warning,
+escalated to an error if another series follows. An episode ends after ``rearm_points``
+records all finite; none starts within ``cooldown_steps`` of the last one's start.
 """
 
 from __future__ import annotations
 
 import math
-from functools import lru_cache
+from dataclasses import dataclass
 
 import numpy as np
 
-from trainwatch.rules.config.models import NanInfConfig
+from trainwatch.rules.config.models import RuleBase
+from trainwatch.rules.config.schema import integer, names, num, roles, severity
 from trainwatch.rules.detectors.episode import ESCALATE, START_ESCALATED, Episode
 from trainwatch.rules.detectors.stats import median
 from trainwatch.rules.engine.base import Context, Frame, Hit, Points, Rule, fmt, r6
 
+
+@dataclass(frozen=True)
+class NanInfConfig(RuleBase):
+    roles: tuple[str, ...] = roles()
+    """Roles watched for NaN/inf."""
+    metrics: tuple[str, ...] = names()
+    """More series to watch, by exact name."""
+    grad_only_severity: str = severity()
+    """Severity when only the grad norm is non-finite and the loss is finite (an fp16 step that
+    GradScaler skips)."""
+    early_points: int = integer(ge=1)
+    """A NaN within the run's first N loss points points at init, LR or data."""
+    lookback: int = integer(ge=2)
+    """Grad-norm points before the NaN searched for a blow-up."""
+    blowup_ratio: float = num(gt=1)
+    """Recent grad norm this many times its earlier median counts as a blow-up."""
+    rearm_points: int = integer(ge=1)
+    """Records with every watched value finite that end an episode."""
+    cooldown_steps: int = integer(ge=0)
+    """Steps after an episode's start before another may start."""
+
+
 _ORDER = ("loss", "val_loss", "grad_norm", "lr")
-
-
-@lru_cache(maxsize=16)
-def _in_order(roles: tuple[str, ...]) -> tuple[str, ...]:
-    """The watched roles in reporting order (once per config: every engine asks)."""
-    return tuple(sorted(roles, key=lambda r: _ORDER.index(r) if r in _ORDER else 9))
+"""The order the roles are reported in (other roles after them)."""
+BASELINE_POINTS = 200
+"""Grad-norm points before the lookback whose median is the level a blow-up is measured from."""
+MIN_BASELINE = 10
+"""Fewer grad-norm points before the lookback than this make no level to measure a blow-up by."""
 
 
 def _word(v: float) -> str:
@@ -34,56 +59,42 @@ def _word(v: float) -> str:
 
 class NanInfRule(Rule):
     id = "nan_inf"
-    fast = True
-    """Lay the watched series out over the frame's span of records instead of sorting their
-    positions together (tests turn it off to compare)."""
 
     def __init__(self, cfg: NanInfConfig, ctx: Context) -> None:
         super().__init__(cfg, ctx)
         self.episode = Episode(cfg.rearm_points, cfg.cooldown_steps, 0)
-        self._roles = _in_order(cfg.roles)
+        roles = sorted(cfg.roles, key=lambda r: _ORDER.index(r) if r in _ORDER else 9)
+        self._watch: list[tuple[str, str | None]] = [
+            *((role, None) for role in roles), *((name, name) for name in cfg.metrics)]
+        """(label, series name) of the watched series: roles (their series is the frame's)
+        first, in reporting order, then the series watched by name."""
 
     def rewind(self) -> None:
         self.episode.reset()
 
     def _watched(self, frame: Frame) -> tuple[list[tuple[str, Points]], bool]:
-        """The watched series present in the frame (each once), and whether all their values
-        are finite (cached on the points: other rules ask too)."""
-        cfg: NanInfConfig = self.cfg
-        out: list[tuple[str, Points]] = []
-        seen: set[str] = set()
+        """The watched series present in the frame (each once, by role then by name), and
+        whether all their values are finite."""
+        out: dict[str, tuple[str, Points]] = {}
         finite = True
-        roles, series = frame.roles, frame.series
-        for role in self._roles:
-            name = roles.get(role)
-            pts = None if name is None else series.get(name)
-            if pts is not None and pts.values.shape[0] and name not in seen:
-                out.append((role, pts))
-                seen.add(name)
+        for role, name in self._watch:
+            if name is None:  # a role: its series in this frame
+                name = frame.roles.get(role)
+            pts = frame.series.get(name) if name is not None else None
+            if pts is not None and pts.values.shape[0] and name not in out:
+                out[name] = (role, pts)
                 finite = finite and pts.all_finite
-        for name in cfg.metrics:
-            pts = series.get(name)
-            if pts is not None and pts.values.shape[0] and name not in seen:
-                out.append((name, pts))
-                seen.add(name)
-                finite = finite and pts.all_finite
-        return out, finite
+        return list(out.values()), finite
 
     def update(self, frame: Frame) -> list[Hit]:
         watched, finite = self._watched(frame)
         if not watched:
             return []
-        if finite:
-            if self.episode.active:
-                n = (_rows(watched)[0] if self.fast else
-                     np.unique(np.concatenate([p.pos for _r, p in watched]))).shape[0]
-                self.episode.normal(int(n))
+        if finite and not self.episode.active:
             return []
-        rec_pos, rec_step, mask, severe = (_rows if self.fast else _rows_sorted)(watched)
-        hits: list[Hit] = []
-        for k, kind in self.episode.scan(rec_step, mask, severe):
-            hits.append(self._hit(watched, int(rec_pos[k]), int(rec_step[k]), kind))
-        return hits
+        rec_pos, rec_step, bad, severe = rows(watched)
+        return [self._hit(watched, int(rec_pos[k]), int(rec_step[k]), kind)
+                for k, kind in self.episode.scan(rec_step, bad, severe)]
 
     def _hit(self, watched: list[tuple[str, Points]], pos: int, step: int, kind: str) -> Hit:
         cfg: NanInfConfig = self.cfg
@@ -101,11 +112,11 @@ class NanInfRule(Rule):
         severity = cfg.grad_only_severity if kind not in (ESCALATE, START_ESCALATED) else cfg.severity
 
         # what came before
-        gs, gv = self.ctx.recent("grad_norm", pos, cfg.lookback + 200)
+        gs, gv = self.ctx.recent("grad_norm", pos, cfg.lookback + BASELINE_POINTS)
         recent, earlier = gv[-cfg.lookback:], gv[:-cfg.lookback]
         blowup = False
         evidence: dict[str, object] = {"nonfinite": nonfinite}
-        if recent.shape[0] and earlier.shape[0] >= 10:
+        if recent.shape[0] and earlier.shape[0] >= MIN_BASELINE:
             base = median(earlier)
             peak = float(recent.max())
             evidence["grad_norm_recent_max"] = r6(peak)
@@ -168,14 +179,11 @@ def _early_hint(loss_before: int) -> str:
     return f" after only {fmt(loss_before)} loss point{'s' if loss_before != 1 else ''}"
 
 
-_Rows = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
-
-
-def _rows(watched: list[tuple[str, Points]]) -> _Rows:
-    """One row per record carrying any watched series, in order: (record, step, any value
-    non-finite, a value other than the grad norm's non-finite). The series are laid out over
-    the span of records they cover (record positions are unique within a series, and the first
-    series that has a record gives its step, as :func:`_rows_sorted` does)."""
+def rows(watched: list[tuple[str, Points]]
+         ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """One row per record carrying any watched series, in record order: (record, its step as
+    the first series carrying it gives it, any value non-finite, a value other than the grad
+    norm's non-finite). The series are laid out over the span of records they cover."""
     base = min(int(p.pos[0]) for _r, p in watched)
     span = max(int(p.pos[-1]) for _r, p in watched) - base + 1
     has = np.zeros(span, dtype=bool)
@@ -186,22 +194,9 @@ def _rows(watched: list[tuple[str, Points]]) -> _Rows:
         at = p.pos - base
         has[at] = True
         step[at] = p.steps
-        if not p.all_finite:
-            b = at[~np.isfinite(p.values)]
-            bad[b] = True
-            if role != "grad_norm":
-                severe[b] = True
+        b = at[~np.isfinite(p.values)]
+        bad[b] = True
+        if role != "grad_norm":
+            severe[b] = True
     rows = has.nonzero()[0]
     return rows + base, step[rows], bad[rows], severe[rows]
-
-
-def _rows_sorted(watched: list[tuple[str, Points]]) -> _Rows:
-    """:func:`_rows` from the positions sorted together (the reference)."""
-    bad = [~np.isfinite(p.values) for _r, p in watched]
-    all_pos = np.concatenate([p.pos for _r, p in watched])
-    rec_pos, first = np.unique(all_pos, return_index=True)
-    rec_step = np.concatenate([p.steps for _r, p in watched])[first]
-    bad_pos = np.concatenate([p.pos[b] for (_r, p), b in zip(watched, bad)])
-    sev_pos = np.concatenate([p.pos[b] for (r, p), b in zip(watched, bad) if r != "grad_norm"]
-                             or [np.empty(0, dtype=np.int64)])
-    return rec_pos, rec_step, np.isin(rec_pos, bad_pos), np.isin(rec_pos, sev_pos)

@@ -10,13 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from trainwatch.rules.config.schema import (
-    events,
     flag,
     integer,
     names,
     num,
     opt_num,
-    roles,
     severity,
 )
 
@@ -26,25 +24,6 @@ class RuleBase:
     enabled: bool = flag()
     severity: str = severity()
     """Severity of the rule's first alert in an episode (escalations are errors)."""
-
-
-@dataclass(frozen=True)
-class NanInfConfig(RuleBase):
-    roles: tuple[str, ...] = roles()
-    """Roles watched for NaN/inf."""
-    metrics: tuple[str, ...] = names()
-    """More series to watch, by exact name."""
-    grad_only_severity: str = severity()
-    """Severity when only the grad norm is non-finite and the loss is finite (an fp16 step that
-    GradScaler skips)."""
-    early_points: int = integer(ge=1)
-    """A NaN within the run's first N loss points points at init, LR or data."""
-    lookback: int = integer(ge=2)
-    """Grad-norm points before the NaN searched for a blow-up."""
-    blowup_ratio: float = num(gt=1)
-    """Recent grad norm this many times its earlier median counts as a blow-up."""
-    rearm_points: int = integer(ge=1)
-    cooldown_steps: int = integer(ge=0)
 
 
 @dataclass(frozen=True)
@@ -115,22 +94,6 @@ class VanishingConfig(RuleBase):
     """The loss is "not improving" when its block median is not lower than N blocks ago..."""
     loss_min_delta: float = num(ge=0, lt=1)
     """...by at least this fraction."""
-
-
-@dataclass(frozen=True)
-class StalledConfig(RuleBase):
-    constant_points: int = integer(ge=2)
-    """Consecutive exactly equal loss values that mean nothing is learning."""
-    zero_points: int = integer(ge=1)
-    """Consecutive loss values of exactly 0 that mean a loss or data bug."""
-    rearm_points: int = integer(ge=1)
-    """After a zero-loss alert, consecutive non-zero values before another may fire (a loss that
-    is 0 on most batches is one story, not one alert per run of zeros)."""
-    mixed_points: int = integer(ge=0)
-    """A run of ``zero_points`` zeros is a bug only after this many non-zero values in a row (or
-    none before it): a loss that mixes exact zeros with other values (hinge, margin and detection
-    losses on easy batches) has runs of zeros. A run of this many zeros is one in any loss (it
-    turned into zeros altogether). 0: every run of ``zero_points`` zeros."""
 
 
 @dataclass(frozen=True)
@@ -223,17 +186,6 @@ class LrConfig(RuleBase):
 
 
 @dataclass(frozen=True)
-class StreamConfig(RuleBase):
-    min_seconds: float = num(gt=0)
-    gap_factor: float = num(gt=1)
-    """Silence longer than max(min_seconds, gap_factor x median gap) is a stall."""
-    gap_window: int = integer(ge=1)
-    """Recent gaps the median is taken over."""
-    end_events: tuple[str, ...] = events()
-    """Events that mean the run finished (no stall after them)."""
-
-
-@dataclass(frozen=True)
 class ThroughputConfig(RuleBase):
     window: int = integer(ge=2)
     ref_windows: int = integer(ge=1)
@@ -295,23 +247,13 @@ class DetachConfig(RuleBase):
     graph_min_growth: float = num(gt=0)
 
 
-@dataclass(frozen=True)
-class StragglerConfig(RuleBase):
-    ratio: float = num(gt=1)
-    """A rank's step time at or above this multiple of the median of the others."""
-    sustain: int = integer(ge=1)
-    """Consecutive compared steps."""
-    min_ranks: int = integer(ge=2)
-    max_lag_steps: int = integer(ge=1)
-    """A rank this far behind the others is compared without waiting for it."""
-    rearm_points: int = integer(ge=1)
-
-
-@dataclass(frozen=True)
-class ConsoleConfig(RuleBase):
-    cooldown_lines: int = integer(ge=0)
-    """The same error again within this many lines is the same episode."""
-
+# the models defined in their rules' modules (which import RuleBase, and the models above, from
+# here: imported once those are defined)
+from trainwatch.rules.builtin.console_error import ConsoleConfig
+from trainwatch.rules.builtin.learning_stalled import StalledConfig
+from trainwatch.rules.builtin.nan_inf import NanInfConfig
+from trainwatch.rules.builtin.rank_straggler import StragglerConfig
+from trainwatch.rules.builtin.stalled_stream import StreamConfig
 
 RULE_MODELS: dict[str, type[RuleBase]] = {
     "nan_inf": NanInfConfig,
