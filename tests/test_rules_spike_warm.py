@@ -1,97 +1,43 @@
-"""The tail guard's start when a baseline becomes warm (``spike_pass.warm_deviation``): every path
-of the spike detector (the point-by-point reference, the optimistic pass and its first-spike
-search, the quiet-frame path) starts it alike, on heavy-tailed data whose first judged points it
-decides, at the first warm-up and after each restart (rebase, rewind); and what it decides: a
-heavy tail's first large value after warm-up is no spike, while the first steps' swings (the
-older half of the warm-up window) do not hide a real spike."""
+"""The tail guard's start when a baseline becomes warm (``spike.warm_deviation``): the data of
+the detector's comparison with its reference reaches it, and what it decides: a heavy tail's
+first large value after warm-up is no spike, while the first steps' swings (the older half of the
+warm-up window) do not hide a real spike."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pytest
-from test_rules_spike import _run
-from test_rules_spike_quiet import fed_alike
+from spike_reference import heavy
+from test_rules_spike_detector import CHUNKS, reference, run
 
 from trainwatch.rules import load_rules_config
-from trainwatch.rules.detectors import spike_detector, spike_pass
-from trainwatch.rules.detectors.spike_detector import SpikeDetector
+from trainwatch.rules.detectors import spike
+from trainwatch.rules.detectors.spike import SpikeDetector
 
 CFG = load_rules_config()
-RULES = ("loss_spike", "grad_explosion", "step_time_outlier")
-CHUNKS = ([10**6], [1, 5, 300], [13], [4097], [127, 2, 31])
-
-
-def _heavy(seed: int, n: int = 4000) -> np.ndarray:
-    """A zero-inflated loss's non-zero values (the curve times an Exponential(1) draw: a few
-    times the median now and then), starting high, with real spikes, a step up longer than
-    ``rebase_points`` (the baseline restarts: warm-up again, mid-run) and a drop."""
-    rng = np.random.default_rng(seed)
-    curve = 0.3 + 2.0 / (1.0 + np.arange(n) / 20.0)
-    x = curve * rng.exponential(1.0, n)
-    x[rng.choice(np.arange(150, n), 12, replace=False)] *= rng.uniform(10.0, 40.0, 12)
-    x[1500:1800] = 30.0 * (1.0 + 0.01 * rng.standard_normal(300))  # every point anomalous
-    x[2600:] *= 0.02
-    return x
-
-
-def _variants(rule: str) -> list:
-    base = CFG.rules[rule]
-    return [base, dataclasses.replace(base, min_ratio=1.1, z_threshold=3.0),
-            # min_points below the window and off the refresh grid: warm-up ends mid-row, on a
-            # partial window
-            dataclasses.replace(base, refresh=7, window=50, min_points=20)]
-
-
-def _mismatches(rule: str) -> list[tuple]:
-    """Where a fast path parts from the reference on the heavy-tailed data: alerts of whole
-    updates in several chunkings (the pass, its search), and alerts and state after every live
-    frame (the quiet-frame path)."""
-    out = []
-    for cfg in _variants(rule):
-        for seed in range(3):
-            x = _heavy(seed)
-            ref = _run(cfg, x, vectorized=False, chunks=[1])
-            for chunks in CHUNKS:
-                if _run(cfg, x, vectorized=True, chunks=chunks) != ref:
-                    out.append((cfg, seed, chunks))
-            parted = next((sl for sl, _ev, alike in fed_alike(cfg, x, seed) if not alike), None)
-            if parted is not None:
-                out.append((cfg, seed, "frames", parted.start))
-    return out
 
 
 def _no_start(det: SpikeDetector, window: np.ndarray, med: float, mad: object) -> float:
     return 0.0
 
 
-@pytest.mark.parametrize("rule", RULES)
-def test_every_path_starts_the_guard_alike(rule: str) -> None:
-    assert _mismatches(rule) == []
-
-
 def test_the_data_reaches_the_start(monkeypatch: pytest.MonkeyPatch) -> None:
-    # the start decides alerts on this data (else the comparison above would prove nothing)...
+    """The start decides alerts on the heavy-tailed data (so the detector's equality with the
+    reference on it proves the start alike): without it the detector parts from the
+    reference."""
     cfg = CFG.loss_spike
-    x = _heavy(0)
-    with_start = _run(cfg, x, vectorized=False, chunks=[1])
-    monkeypatch.setattr(spike_detector, "warm_deviation", _no_start)
-    without = _run(cfg, x, vectorized=False, chunks=[1])
-    assert with_start[0] and without[0] and with_start != without
-    # ...and a path that lacks it parts from the others: the reference (and the quiet-frame
-    # path, which refreshes through it) here; the pass (and its search) below
-    assert _mismatches("loss_spike")
-    monkeypatch.undo()
-    monkeypatch.setattr(spike_pass, "warm_deviation", _no_start)
-    assert _mismatches("grad_explosion")
+    x = heavy(0)
+    want = reference(cfg, x)
+    assert run(cfg, x, [10**6]) == want
+    monkeypatch.setattr(spike, "warm_deviation", _no_start)
+    assert want[0] and run(cfg, x, [10**6]) != want
 
 
 def test_no_start_without_a_tail_guard() -> None:
     cfg = CFG.step_time_outlier
     assert cfg.tail_guard == 0
-    d = SpikeDetector(cfg, vectorized=False)
-    x = _heavy(1)[:cfg.min_points]  # (a multiple of refresh: warm after the last point)
+    d = SpikeDetector(cfg)
+    x = heavy(1)[:cfg.min_points]  # (a multiple of refresh: warm after the last point)
     d.update(x, np.arange(x.shape[0]))
     assert d.ok and d.e_hist and set(d.e_hist) == {0.0}
 
@@ -99,17 +45,17 @@ def test_no_start_without_a_tail_guard() -> None:
 def _newest_half_deviation(d: SpikeDetector) -> float:
     """What the guard starts from, taken here with numpy: the newest half of the window, less
     the points the baseline flags."""
-    ring = np.concatenate((d.ring, d._tail))[-d.W:]
+    ring = d.acc
     half = ring[ring.shape[0] - ring.shape[0] // 2:]
     e = (half - d.med) / (abs(d.med) or 1.0)
-    flagged = (e >= d.r1) & ((half - d.med) / d._scale(d.med, d.mad) >= d.cfg.z_threshold)
+    flagged = (e >= d.r1) & ((half - d.med) / spike._scale(d.med, d.mad) >= d.cfg.z_threshold)
     return float(np.abs(e[~flagged]).max())
 
 
 def test_a_restart_starts_the_guard_from_its_own_window() -> None:
     cfg = CFG.loss_spike
     rng = np.random.default_rng(5)
-    d = SpikeDetector(cfg, vectorized=False)
+    d = SpikeDetector(cfg)
     x = 1.0 + 0.3 * rng.exponential(1.0, cfg.min_points)
     d.update(x, np.arange(x.shape[0]))
     assert d.ok and d.e_hist[-1] == pytest.approx(_newest_half_deviation(d), rel=1e-12)
@@ -132,9 +78,9 @@ def test_a_heavy_tail_first_large_value_after_warm_up_is_no_spike(
     x[100] = 7.0 * float(np.median(x[:cfg.min_points]))  # in the newest half of warm-up
     big = cfg.min_points + 20
     x[big] = 8.6 * float(np.median(x[:cfg.min_points]))
-    assert _run(cfg, x, vectorized=False, chunks=[1])[1] == []
-    monkeypatch.setattr(spike_detector, "warm_deviation", _no_start)
-    assert big in _run(cfg, x, vectorized=False, chunks=[1])[1]  # (as it was)
+    assert run(cfg, x, [1])[1] == []
+    monkeypatch.setattr(spike, "warm_deviation", _no_start)
+    assert big in run(cfg, x, [1])[1]  # (as it was)
 
 
 def test_the_first_steps_swings_do_not_hide_a_spike() -> None:
@@ -145,17 +91,16 @@ def test_the_first_steps_swings_do_not_hide_a_spike() -> None:
     rng = np.random.default_rng(4)
     n = 600
     x = 2.0 + 6.0 * (1.0 + np.arange(n) / 10.0) ** -1.5 + 0.01 * rng.standard_normal(n)
-    spike = 300
-    x[spike] *= 2.0
-    d = SpikeDetector(cfg, vectorized=False)
+    at = 300
+    x[at] *= 2.0
+    d = SpikeDetector(cfg)
     d.update(x[:cfg.min_points], np.arange(cfg.min_points))
     w = x[:cfg.min_points]
     whole = float(np.abs(w - d.med).max()) / d.med
-    e_spike = (x[spike] - d.med) / d.med
+    e_spike = (x[at] - d.med) / d.med
     assert cfg.tail_guard * whole > e_spike  # the whole window's swing would hide it
-    assert spike in _run(cfg, x, vectorized=False, chunks=[1])[1]
     for chunks in CHUNKS:
-        assert spike in _run(cfg, x, vectorized=True, chunks=chunks)[1]
+        assert at in run(cfg, x, chunks)[1]
 
 
 def test_a_spike_in_warm_up_does_not_start_the_guard() -> None:
@@ -166,10 +111,10 @@ def test_a_spike_in_warm_up_does_not_start_the_guard() -> None:
     rng = np.random.default_rng(6)
     x = 2.0 + 0.02 * rng.standard_normal(600)
     x[cfg.min_points - 10] = 20.0
-    spike = cfg.min_points + 100
-    x[spike] = 6.0
-    d = SpikeDetector(cfg, vectorized=False)
+    at = cfg.min_points + 100
+    x[at] = 6.0
+    d = SpikeDetector(cfg)
     d.update(x[:cfg.min_points], np.arange(cfg.min_points))
     assert d.ok and d.emax < 0.1
-    for vectorized, chunks in ((False, [1]), *((True, c) for c in CHUNKS)):
-        assert spike in _run(cfg, x, vectorized=vectorized, chunks=chunks)[1]
+    for chunks in CHUNKS:
+        assert at in run(cfg, x, chunks)[1]

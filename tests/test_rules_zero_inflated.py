@@ -21,7 +21,7 @@ from test_stalled_runs import check_against_reference
 from bench.synthetic import SyntheticRun, clean_run, zero_clean_run
 from trainwatch.formats.jsonl import JsonlParser
 from trainwatch.rules import ConfigError, RuleEngine, load_rules_config
-from trainwatch.rules.builtin.spikes import _times_median
+from trainwatch.rules.builtin.spike_rule import times_median
 
 
 def _records(loss: np.ndarray, grad: np.ndarray | None = None) -> list[dict]:
@@ -91,8 +91,8 @@ def test_a_spike_in_a_zero_inflated_loss_fires_against_the_non_zero_values() -> 
 
 
 def test_a_zero_window_median_is_said_without_infinity() -> None:
-    assert _times_median(2.0, 0.0, "0") == "the window median being 0"
-    assert _times_median(2.0, 0.5, "0.5") == "4x the median 0.5"
+    assert times_median(2.0, 0.0, "0") == "the window median being 0"
+    assert times_median(2.0, 0.5, "0.5") == "4x the median 0.5"
 
 
 # ------------------------------------------------------------------------------ divergence

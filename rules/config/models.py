@@ -27,60 +27,6 @@ class RuleBase:
 
 
 @dataclass(frozen=True)
-class SpikeConfig(RuleBase):
-    window: int = integer(ge=8)
-    """Accepted points in the rolling median/MAD baseline."""
-    refresh: int = integer(ge=1)
-    """The baseline is recomputed every N accepted points."""
-    min_points: int = integer(ge=8)
-    """Accepted points needed before the rule may fire (warm-up)."""
-    z_threshold: float = num(gt=0)
-    """Robust z (deviation over 1.4826 x MAD) at or above which a point is a spike."""
-    min_ratio: float = num(ge=1)
-    """...and the value must be at least this multiple of the window median."""
-    tail_guard: float = num(ge=0)
-    """...and its excess over the median at least this multiple of the largest excess among the
-    last ``tail_window`` accepted points (heavy-tailed noise raises the bar; 0 disables)."""
-    tail_window: int = integer(ge=1)
-    persist_points: int = integer(ge=0)
-    """Anomalous points in one episode that escalate it to error (0: never)."""
-    early_points: int = integer(ge=1)
-    """The first N accepted points define the early maximum."""
-    early_max_ratio: float = num(gt=1)
-    """A value this many times the early maximum escalates to error at once."""
-    early_max_fires: bool = flag()
-    """Whether that alone (without a robust-z spike) is anomalous."""
-    rebase_points: int = integer(ge=1)
-    """After this many consecutive anomalous points the level is taken as the new normal."""
-    rearm_points: int = integer(ge=1)
-    cooldown_steps: int = integer(ge=0)
-    lead_steps: int = integer(ge=0)
-    """(loss_spike) grad-norm spikes at most this many steps earlier count as "spiked first"."""
-    recent_points: int = integer(ge=1)
-    """A spike must also *jump* from the recent level, the median of this many last accepted
-    points: the window median lags a smooth ramp (a grad norm growing with the LR warm-up)..."""
-    jump_share: float = num(ge=0, le=1)
-    """...by at least this share of its excess over the window median (0: merely above it)."""
-
-    def conflict(self) -> tuple[tuple[str, ...], str] | None:
-        """(the keys that clash, the first one named; why) when keys valid one by one do not go
-        together, else None."""
-        if self.recent_points > self.window:
-            # the detector keeps only `window` accepted points: a longer recent level cannot
-            # be taken the same way point by point and in its vectorised pass
-            return ("recent_points", "window"), (f"must be at most window ({self.window}), "
-                                                 f"got {self.recent_points}")
-        return None
-
-
-@dataclass(frozen=True)
-class StepTimeConfig(SpikeConfig):
-    min_excess_s: float = num(ge=0)
-    """A slow step must also take this many seconds more than the median: on a shared CPU a 1 ms
-    step often takes 3 ms, which is jitter, not a stall (series named ``*_ms`` are in ms)."""
-
-
-@dataclass(frozen=True)
 class VanishingConfig(RuleBase):
     window: int = integer(ge=2)
     """Points per block median."""
@@ -247,13 +193,15 @@ class DetachConfig(RuleBase):
     graph_min_growth: float = num(gt=0)
 
 
-# the models defined in their rules' modules (which import RuleBase, and the models above, from
-# here: imported once those are defined)
+# the models that live with their rules (those modules import RuleBase from here: imported
+# once it is defined)
 from trainwatch.rules.builtin.console_error import ConsoleConfig
 from trainwatch.rules.builtin.learning_stalled import StalledConfig
 from trainwatch.rules.builtin.nan_inf import NanInfConfig
 from trainwatch.rules.builtin.rank_straggler import StragglerConfig
+from trainwatch.rules.builtin.spike_rule import SpikeConfig
 from trainwatch.rules.builtin.stalled_stream import StreamConfig
+from trainwatch.rules.builtin.step_time_outlier import StepTimeConfig
 
 RULE_MODELS: dict[str, type[RuleBase]] = {
     "nan_inf": NanInfConfig,
