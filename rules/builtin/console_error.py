@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from trainwatch.rules.builtin.growth_alerts import DETACH_CAUSES, DETACH_FIXES
+from trainwatch.rules.builtin.state_detach import DETACH_CAUSES, DETACH_FIXES
 from trainwatch.rules.config.models import ConsoleConfig, DetachConfig
 from trainwatch.rules.engine.base import Hit, make_hit
 

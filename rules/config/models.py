@@ -255,47 +255,6 @@ class ThroughputConfig(RuleBase):
 
 
 @dataclass(frozen=True)
-class MemoryConfig(RuleBase):
-    window: int = integer(ge=5)
-    """Points in the trend window (Theil-Sen slope + Spearman rho)."""
-    every: int = integer(ge=1)
-    """The trend is tested every N points."""
-    warmup_points: int = integer(ge=0)
-    """Points skipped at the start of a segment (optimizer state, allocator warm-up)."""
-    min_rho: float = num(gt=0, le=1)
-    min_growth: float = num(gt=0)
-    """Growth over the window as a fraction of the level."""
-
-
-@dataclass(frozen=True)
-class DetachConfig(RuleBase):
-    probe_severity: str = severity()
-    """Severity when the trainer's probe says the state is still attached."""
-    probe_metrics: tuple[str, ...] = names()
-    graph_metrics: tuple[str, ...] = names()
-    """Series with the autograd graph size (growing: state not detached)."""
-    window: int = integer(ge=5)
-    every: int = integer(ge=1)
-    warmup_points: int = integer(ge=0)
-    memory_min_rho: float = num(gt=0, le=1)
-    memory_min_growth: float = num(gt=0)
-    time_min_rho: float = num(gt=0, le=1)
-    time_min_growth: float = num(gt=0)
-    time_min_late_slope: float = num(ge=0)
-    """A rising step time counts only when it rises steadily: a line fits it about as well as
-    the best single step, or the part after that step still rises at this fraction of the slope
-    the step stands for (a ramp that began inside the window). After a load step or a burst the
-    step time is flat: ~0 there. See ``trainwatch.rules.detectors.rise_shape.steady_rise``."""
-    time_only: bool = flag()
-    """Without a memory series, step time alone rising steadily (stricter bars below)."""
-    time_only_rho: float = num(gt=0, le=1)
-    time_only_growth: float = num(gt=0)
-    graph_window: int = integer(ge=3)
-    graph_min_rho: float = num(gt=0, le=1)
-    graph_min_growth: float = num(gt=0)
-
-
-@dataclass(frozen=True)
 class StragglerConfig(RuleBase):
     ratio: float = num(gt=1)
     """A rank's step time at or above this multiple of the median of the others."""
@@ -312,6 +271,10 @@ class ConsoleConfig(RuleBase):
     cooldown_lines: int = integer(ge=0)
     """The same error again within this many lines is the same episode."""
 
+
+# (the growth rules' configs live in their modules, which import RuleBase from here)
+from trainwatch.rules.builtin.memory_growth import MemoryConfig
+from trainwatch.rules.builtin.state_detach import DetachConfig
 
 RULE_MODELS: dict[str, type[RuleBase]] = {
     "nan_inf": NanInfConfig,
