@@ -9,7 +9,13 @@ import itertools
 import numpy as np
 import pytest
 
-from trainwatch.rules.detectors.growth import Episodes, Tail, quick_growth, span_growth
+from trainwatch.rules.detectors.growth import (
+    Episodes,
+    Tail,
+    quick_growth,
+    span_growth,
+    theil_sen,
+)
 from trainwatch.rules.engine.base import Points
 
 
@@ -30,6 +36,19 @@ def _trend(x: list[float], y: list[float]) -> tuple[float, float, float]:
     slope = float(np.median(slopes))
     level = abs(float(np.median(y)))
     return slope, _spearman(x, y), slope * (x[-1] - x[0]) / level
+
+
+@pytest.mark.parametrize("n", [2, 3, 30, 31, 200, 333])
+def test_theil_sen_is_the_median_of_every_pairs_slope(n: int) -> None:
+    rng = np.random.default_rng(n)
+    for rep in range(6):
+        # steps that repeat (those pairs are left out) or not, values with ties or not
+        x = np.cumsum(rng.integers(0 if rep % 2 else 1, 4, n)).astype(float) + 7e9 * (rep == 5)
+        y = np.round(rng.normal(1.0, 0.1, n), 1 if rep % 3 == 0 else 9)
+        slopes = [(y[j] - y[i]) / (x[j] - x[i])
+                  for i, j in itertools.combinations(range(n), 2) if x[j] != x[i]]
+        want = float(np.median(slopes)) + 0.0 if slopes else 0.0
+        assert theil_sen(x, y) == want
 
 
 def _quick(v: np.ndarray, first: int, last: int, q: int) -> float:

@@ -42,9 +42,9 @@ from trainwatch.rules.detectors.growth import (
     span_growth,
     span_may_rise,
     span_window,
+    trend,
 )
 from trainwatch.rules.detectors.rise_shape import steady_rise
-from trainwatch.rules.detectors.stats import trend
 from trainwatch.rules.engine.base import (
     Context,
     Frame,

@@ -2,7 +2,7 @@
 
 The trend of a window is Theil-Sen's slope (robust to outliers) and Spearman's rho (monotone,
 whatever the shape), its growth the slope over the window's steps as a fraction of its level
-(:func:`~trainwatch.rules.detectors.stats.trend`). Those are O(window^2), so a quick estimate,
+(:func:`trend`). The slope is O(window^2), so a quick estimate,
 vectorised over every window a frame ends, picks the few worth them: the median of the window's
 last fifth over its first fifth's, minus 1, must reach half the bar (:data:`QUICK_SHARE`). A
 window may also read another series over its step span (a memory window, the step times logged
@@ -16,12 +16,13 @@ bounded and the file read whole reads the same points.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from typing import NamedTuple
 
 import numpy as np
 
-from trainwatch.rules.detectors.stats import trend, windows
+from trainwatch.rules.detectors.stats import relative_growth, spearman, windows
 from trainwatch.rules.engine.base import Points
 
 SPAN_CAP_WINDOWS = 16
@@ -43,6 +44,46 @@ Trend = tuple[float, float, float]
 
 _DTYPES = (np.int64, np.float64, np.int64)
 """Of the steps, values and records a tail holds."""
+
+
+def theil_sen(x: np.ndarray, y: np.ndarray) -> float:
+    """Theil-Sen slope: the median of the slopes of all pairs of points with distinct ``x``.
+
+    Each pair is read once, from two strided views (:func:`_pair_diffs`): no index tables, whose
+    size a long window (a memory window's span of 3,200 step times: 5M pairs) would make a burden
+    to keep; the median's two order statistics are found by partition."""
+    dy, dx = _pair_diffs(y), _pair_diffs(x)
+    keep = dx != 0
+    if not keep.all():
+        dy, dx = dy[keep], dx[keep]
+    m = dy.shape[0]
+    if m == 0:
+        return 0.0
+    dy /= dx
+    k = m // 2
+    dy.partition(k)
+    hi = float(dy[k])
+    lo = hi if m % 2 else float(dy[:k].max())
+    return (lo + hi) * 0.5 + 0.0  # (+ 0.0: a zero slope is 0.0, whichever pair it came from)
+
+
+def _pair_diffs(v: np.ndarray) -> np.ndarray:
+    """``v[j] - v[i]`` for every pair i < j, in some order, each once (a new array): row L of
+    the differences at lags 1..n/2 wrapping round holds the pairs L apart and, negated, those
+    n - L apart (a negated pair gives the same slope: IEEE negation is exact); for even n the last
+    row's second half repeats its first, and is cut off."""
+    n = v.shape[0]
+    d = windows(np.concatenate((v, v)), n)[1:n // 2 + 1] - v
+    return d.reshape(-1)[:n * (n - 1) // 2]
+
+
+def trend(x: np.ndarray, y: np.ndarray, min_rho: float = -1.0) -> Trend:
+    """The trend of ``y`` against ``x`` (the slope is not computed below ``min_rho``: NaN)."""
+    rho = spearman(x, y)
+    if rho < min_rho:
+        return math.nan, rho, math.nan
+    slope = theil_sen(x, y)
+    return slope, rho, relative_growth(slope, x, y)
 
 
 class Evals(NamedTuple):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from trainwatch.rules.detectors.stats import theil_sen
+from trainwatch.rules.detectors.growth import theil_sen
 
 CLIP = 10
 """The values are clipped to their CLIP-th and (100 - CLIP)-th percentiles (see :func:`best_step`)."""
