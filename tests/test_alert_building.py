@@ -17,7 +17,14 @@ import pytest
 
 from trainwatch.load import LoadedRun
 from trainwatch.rules import RuleEngine, load_rules_config
-from trainwatch.rules.builtin import divergence, growth_alerts, overfit, plateau, spikes
+from trainwatch.rules.builtin import (
+    divergence,
+    memory_growth,
+    overfit,
+    plateau,
+    spikes,
+    state_detach,
+)
 from trainwatch.rules.builtin import grad_vanishing as vanishing
 from trainwatch.rules.builtin import learning_stalled as stalled
 from trainwatch.rules.builtin import lr_exhausted as lr
@@ -104,7 +111,8 @@ def test_r6_keeps_nan() -> None:
 def _ranked_constants() -> list[tuple[str, tuple[Cause, ...]]]:
     """Every ranked cause tuple the rule modules hold (alone or in a dict of variants)."""
     found = []
-    for mod in (divergence, growth_alerts, lr, overfit, plateau, spikes, stalled, stream,
+    for mod in (divergence, memory_growth, state_detach, lr, overfit, plateau, spikes, stalled,
+                stream,
                 throughput, vanishing):
         for name, v in vars(mod).items():
             vals = v.values() if isinstance(v, dict) else [v]

@@ -159,7 +159,6 @@ def test_fast_paths_match_the_plain_loops(monkeypatch: pytest.MonkeyPatch) -> No
     from trainwatch.rules.builtin.divergence import DivergenceRule
     from trainwatch.rules.builtin.grad_vanishing import GradVanishingRule
     from trainwatch.rules.builtin.lr_exhausted import LrExhaustedRule
-    from trainwatch.rules.builtin.memory_growth import GrowthAnalysis
     from trainwatch.rules.builtin.plateau import PlateauRule
     from trainwatch.rules.builtin.throughput_drop import ThroughputDropRule
 
@@ -181,7 +180,7 @@ def test_fast_paths_match_the_plain_loops(monkeypatch: pytest.MonkeyPatch) -> No
     # reads of up to 2500 lines: frames long enough (16 blocks and more) for the vectorised steps
     fast = [_feed(parse_live(d, seed=2, max_lines=2500)).alerts for d in datas]
     for cls in (ThroughputDropRule, DivergenceRule, PlateauRule, GradVanishingRule,
-                LrExhaustedRule, GrowthAnalysis):
+                LrExhaustedRule):
         monkeypatch.setattr(cls, "fast", False)
     slow = [_feed(parse_live(d, seed=2, max_lines=2500)).alerts for d in datas]
     assert fast == slow

@@ -2,30 +2,18 @@
 other processes (a step when load arrives, a burst) is not the steady ramp of an undetached
 state, so a memory leak seen meanwhile stays ``memory_growth``; genuine joint ramps stay
 ``state_detach``. Plus the pure maths of :func:`best_step` and :func:`steady_rise`, and the
-quick paths that skip frames where nothing can rise, against the full analysis."""
+growth rules' alerts fed live and whole."""
 
 from __future__ import annotations
-
-import math
 
 import numpy as np
 import pytest
 from test_rules_data import clean, engine_alerts, idx, of, parse_all, parse_live, to_jsonl
 
 from trainwatch.rules import ConfigError, RuleEngine, load_rules_config
-from trainwatch.rules.builtin import growth_alerts
-from trainwatch.rules.builtin import memory_growth as memory
-from trainwatch.rules.detectors.growth import (
-    WindowRho,
-    flat_from,
-    joint_candidates,
-    quick_growth,
-    span_growth,
-)
-from trainwatch.rules.detectors.rise_shape import LINE_VS_STEP, best_step, steady_rise
+from trainwatch.rules.builtin import state_detach
+from trainwatch.rules.detectors.rise_shape import best_step, steady_rise
 from trainwatch.rules.detectors.stats import spearman, theil_sen
-from trainwatch.rules.detectors.trend_track import TrendTrack
-from trainwatch.rules.engine.base import Points
 
 SEEDS = range(6)
 GROWTH_RULES = ("state_detach", "memory_growth")
@@ -61,30 +49,6 @@ def test_best_step_matches_trying_every_split(seed: int) -> None:
     assert got[0] == ref[0] and got[1:] == pytest.approx(ref[1:], rel=1e-9)
 
 
-def _best_step_plain(y: np.ndarray, min_seg: int) -> tuple[int, float, float]:
-    """best_step's arithmetic written out directly (np.clip, every table computed in place)."""
-    n = y.shape[0]
-    srt = np.sort(y)
-    yc = np.clip(y, srt[n // 10], srt[n - 1 - n // 10])
-    yc = yc - yc.mean()
-    tot = float(np.dot(yc, yc))
-    s = np.arange(min_seg, n - min_seg + 1)
-    c = np.cumsum(yc)[s - 1]
-    between = c * c * n / (s * (n - s))
-    k = int(np.argmax(between))
-    xc = np.arange(n) - (n - 1) * 0.5
-    return int(s[k]), float(between[k] / tot), float(np.dot(xc, yc)) ** 2 / (
-        float(np.dot(xc, xc)) * tot)
-
-
-@pytest.mark.parametrize("n", [12, 30, 31, 200])
-def test_best_step_is_bit_identical_to_its_plain_arithmetic(n: int) -> None:
-    rng = np.random.default_rng(n)
-    for _ in range(50):
-        y = rng.lognormal(0, 0.1, n) * (1 + (np.arange(n) > rng.integers(2, n - 2)))
-        assert best_step(y, max(3, n // 10)) == _best_step_plain(y, max(3, n // 10))
-
-
 def _shape(kind: str, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng([seed, n])
     x = np.arange(100.0, 100.0 + n)
@@ -117,38 +81,6 @@ def test_steady_rise_tells_a_ramp_from_a_step(n: int, kind: str, steady: bool) -
         if kind == "step":
             assert abs(late) < 0.5
     assert gated >= len(SEEDS) // 2  # each shape does rise past the bars
-
-
-def _steady_rise_plain(x: np.ndarray, y: np.ndarray, min_late: float) -> tuple[bool, float]:
-    """:func:`steady_rise` in plain numpy (medians and means of arrays, the general Theil-Sen)."""
-    n = y.shape[0]
-    split, share, line = best_step(y, max(3, n // 10))
-    if line >= LINE_VS_STEP * share:
-        return True, 1.0
-    jump = float(np.median(y[split:]) - np.median(y[:split]))
-    dist = float(x[split:].mean() - x[:split].mean())
-    if not (jump > 0 and dist > 0):
-        return False, 0.0
-    late = theil_sen(x[split:], y[split:]) / (jump / dist)
-    return late >= min_late and n - split >= max(3, n // 4), late
-
-
-@pytest.mark.parametrize("n", [30, 31, 200])
-def test_steady_rise_is_bit_identical_to_its_plain_arithmetic(n: int) -> None:
-    # the medians and means on Python numbers: the same numbers, to the bit, on integer steps
-    # (evenly spaced or not, large or small)
-    seen_late = 0
-    for seed in range(40):
-        kind = ("ramp", "hinge", "step", "burst")[seed % 4]
-        x, y = _shape(kind, n, seed)
-        if seed % 3 == 1:
-            x = np.cumsum(np.random.default_rng(seed).integers(1, 9, n)).astype(np.float64)
-        elif seed % 3 == 2:
-            x = x + 7_000_000_000.0
-        got = steady_rise(x, y, 0.5)
-        assert got == _steady_rise_plain(x, y, 0.5), (kind, seed)
-        seen_late += got[1] != 1.0
-    assert seen_late >= 10  # the late-slope branch is reached
 
 
 # --------------------------------------------------------------------------- the rules
@@ -189,7 +121,7 @@ def _judged_as_memory_growth(run: dict, monkeypatch: pytest.MonkeyPatch) -> None
     if mem[0].evidence.get("step_time_steady") is False:
         assert "not steadily" in mem[0].message
     with monkeypatch.context() as m:
-        m.setattr(growth_alerts, "steady_rise", lambda x, y, min_late: (True, 1.0))
+        m.setattr(state_detach, "steady_rise", lambda x, y, min_late: (True, 1.0))
         _, mem, detach = _growth_alerts(run)
     assert mem == [] and len(detach) == 1
 
@@ -239,48 +171,25 @@ def test_joint_linear_ramps_are_state_detach(seed: int, time_rate: float, mem_ra
     assert a.evidence["step_time_steady"] is True
 
 
-# --------------------------------------------------------------------------- quick paths
-def test_minmax_from_skips_only_the_warm_up() -> None:
-    rng = np.random.default_rng(3)
-    steps = np.arange(1, 61) * 5  # memory every 5 steps
-    vals = rng.normal(100, 1, 60)
-    track = TrendTrack(25)
-    for lo_i, hi_i in ((0, 7), (7, 30), (30, 60)):
-        cut = slice(lo_i, hi_i)
-        pts = Points("memory", steps[cut], vals[cut], steps[cut] * 1.0, steps[cut])
-        for first_count, first_step in ((1, math.inf), (4, math.inf), (12, math.inf),
-                                        (12, 18.0), (40, 101.0), (99, math.inf)):
-            # reference: every point carried (the last 25 seen) or new, filtered one by one
-            seen = np.arange(max(0, lo_i - 25), hi_i)
-            keep = [i for i in seen if i + 1 >= first_count or steps[i] >= first_step]
-            got = track.minmax_from(pts, first_count, first_step)
-            want = (vals[keep].min(), vals[keep].max()) if keep else None
-            # (a positive range may count a few held points older than the last 25: wider,
-            # never narrower; see test_rules_trend_track)
-            assert (got == want if want is None or got is None
-                    else got[0] <= want[0] and got[1] >= want[1]), (lo_i, first_count, first_step)
-        track.advance(pts)
-
-
+# --------------------------------------------------------------------------- live and whole
 def _sparse_memory(run: dict, every: int) -> bytes:
     mem = np.where(run["step"] % every == 0, run["memory"], np.nan)
     data = to_jsonl({**run, "memory": mem})
     return data.replace(b',"memory":NaN', b"")
 
 
-def _live_growth_alerts(data: bytes, seed: int) -> list[tuple[str, int]]:
-    """The growth alerts of the file read live, a few lines at a time."""
+def _growth_alerts_of(batches: list) -> list[tuple[str, int, str, str]]:
     e = RuleEngine(load_rules_config(), live=True)
-    for b in parse_live(data, seed=seed, max_lines=8):
+    for b in batches:
         e.feed(b)
-    return [(a.rule, a.step) for a in e.alerts if a.rule in GROWTH_RULES]
+    return [(a.rule, a.step, a.severity, a.message) for a in e.alerts if a.rule in GROWTH_RULES]
 
 
 @pytest.mark.parametrize("seed", range(3))
-def test_quick_paths_match_the_full_analysis_with_sparse_memory(
-        seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_sparse_memory_and_the_graph_probe(seed: int) -> None:
     # memory logged every 2nd step: a detach window over the first step times holds memory
-    # points the memory rule still counts as warm-up, so they must not be skipped as flat
+    # points the memory rule still counts as warm-up; the same alerts live (a few lines a read)
+    # and whole
     run = clean(1500, "exp", seed=seed)
     k = np.maximum(0, run["step"] - 12)
     run["step_time"] = run["step_time"] * (1 + 0.01 * k)
@@ -299,20 +208,13 @@ def test_quick_paths_match_the_full_analysis_with_sparse_memory(
                  b'"probe/graph_size":NaN,', b""),
              to_jsonl(probed, extra={"probe/graph_size": flat, "state_attached": attached}
                       ).replace(b'"probe/graph_size":NaN,', b"")]
-    fast = [_live_growth_alerts(d, seed) for d in datas]
-    monkeypatch.setattr(memory.GrowthAnalysis, "fast", False)
-    assert fast == [_live_growth_alerts(d, seed) for d in datas]
-    assert [r for r, _ in fast[0]] == ["state_detach"] and fast[0][0][1] <= 70, fast[0]
-    assert [r for r, _ in fast[1]] == ["memory_growth"] and fast[2] == []
-    assert [r for r, _ in fast[3]] == ["state_detach"] and 800 < fast[3][0][1] <= 1000
-    assert fast[4] == [("state_detach", 900)]
-
-
-def _growth_alerts_of(batches: list) -> list[tuple[str, int, str, str]]:
-    e = RuleEngine(load_rules_config(), live=True)
-    for b in batches:
-        e.feed(b)
-    return [(a.rule, a.step, a.severity, a.message) for a in e.alerts if a.rule in GROWTH_RULES]
+    live = [[(r, s) for r, s, *_ in _growth_alerts_of(parse_live(d, seed=seed, max_lines=8))]
+            for d in datas]
+    assert live == [[(r, s) for r, s, *_ in _growth_alerts_of(parse_all(d))] for d in datas]
+    assert [r for r, _ in live[0]] == ["state_detach"] and live[0][0][1] <= 70, live[0]
+    assert [r for r, _ in live[1]] == ["memory_growth"] and live[2] == []
+    assert [r for r, _ in live[3]] == ["state_detach"] and 800 < live[3][0][1] <= 1000
+    assert live[4] == [("state_detach", 900)]
 
 
 def _after_firing_runs(seed: int) -> list[bytes]:
@@ -349,77 +251,18 @@ def _after_firing_runs(seed: int) -> list[bytes]:
 
 
 @pytest.mark.parametrize("seed", range(2))
-def test_settled_analysis_matches_the_full_one(seed: int,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    # once a rule has fired, the windows that can no longer fire are not evaluated (and once
-    # both are done, only the probe is read): the alerts must be those of the full analysis,
-    # fed live or whole
+def test_after_one_rule_has_fired(seed: int) -> None:
+    # the stream goes on after a rule fired: the other yields on the same growth, the probe
+    # speaks again once re-armed, a resumed segment starts afresh; live or whole alike
     datas = _after_firing_runs(seed)
     feeds = [lambda d: parse_live(d, seed=seed, max_lines=8), parse_all]
-    fast = [[_growth_alerts_of(feed(d)) for feed in feeds] for d in datas]
-    monkeypatch.setattr(memory.GrowthAnalysis, "fast", False)
-    assert fast == [[_growth_alerts_of(feed(d)) for feed in feeds] for d in datas]
-    assert all(live == whole for live, whole in fast)
-    probe_first, leak_then_ramp, resumed = (live for live, _whole in fast)
+    got = [[_growth_alerts_of(feed(d)) for feed in feeds] for d in datas]
+    assert all(live == whole for live, whole in got)
+    probe_first, leak_then_ramp, resumed = (live for live, _whole in got)
     assert [(r, sev) for r, _s, sev, _m in probe_first] == [
         ("state_detach", "error"), ("state_detach", "warning"), ("state_detach", "error")]
     assert [r for r, *_ in leak_then_ramp] == ["memory_growth", "state_detach"], leak_then_ramp
     assert [r for r, *_ in resumed] == ["state_detach", "memory_growth"], resumed
-
-
-def _pushed(seed: int, n: int, rise_at: int) -> tuple[Points, Points]:
-    """Step time and memory in the same records (memory rising from ``rise_at``)."""
-    rng = np.random.default_rng(seed)
-    steps = np.arange(1, n + 1)
-    pos = steps * 2 + 7
-    k = np.maximum(0, steps - rise_at)
-    t = 0.3 * (1 + 0.004 * k) * rng.lognormal(0, 0.03, n)
-    m = np.round(1000 * (1 + 1e-4 * k) * rng.lognormal(0, 0.001, n), 1)  # with ties
-    return (Points("step_time", steps, t, steps * 1.0, pos),
-            Points("memory", steps, m, steps * 1.0, pos))
-
-
-@pytest.mark.parametrize("seed", range(4))
-def test_joint_candidates_are_span_growth_and_growth(seed: int) -> None:
-    # memory logged in every step-time record: the joint pass picks the windows where both quick
-    # estimates pass their bars, as the two separate passes do; otherwise it declines
-    t, m = _pushed(seed, 700, 300)
-    tt, mt = TrendTrack(200), TrendTrack(200)
-    for cut in (slice(0, 250), slice(250, 251), slice(251, 700)):
-        tp, mp = tt.push(t.take(cut)), mt.push(m.take(cut))
-        ev = tp.evals(30, 5, 10)
-        for bars in ((0.005, 0.015), (0.0, 0.0), (0.005, -1.0), (1.0, 1.0)):
-            got = joint_candidates(ev, mp, *bars)
-            if not ev.end.shape[0]:
-                assert got is None
-                continue
-            assert got is not None
-            want = (span_growth(ev, mp, ev.q, 5) >= bars[0]) & (ev.growth() >= bars[1])
-            assert got.tolist() == want.tolist()
-    sparse = m.take(np.arange(0, 700, 2))
-    tp, mp = TrendTrack(200).push(t), TrendTrack(200).push(sparse)
-    assert joint_candidates(tp.evals(30, 5, 10), mp, 0.005, 0.015) is None
-
-
-@pytest.mark.parametrize("seed", range(3))
-def test_strided_growth_is_the_gathered_one(seed: int) -> None:
-    # Evals.growth reads the windows' fifths as strided views: the same numbers as gathering
-    # them by index (quick_growth), with and without a flat tail cutting the windows short
-    t, _m = _pushed(seed, 900, 200)
-    track = TrendTrack(200)
-    for cut in (slice(0, 333), slice(333, 334), slice(334, 900)):
-        pushed = track.push(t.take(cut))
-        for window, every, warmup in ((30, 5, 10), (200, 10, 50), (10, 1, 0)):
-            ev = pushed.evals(window, every, warmup)
-            q, first = ev.q, ev.end - (window - 1)
-            assert (first >= 0).all()
-            want = quick_growth(ev.values, first, ev.end - (q - 1), q)
-            assert ev.growth().tolist() == want.tolist()
-            if ev.end.shape[0] > 2:
-                flat = int(first[ev.end.shape[0] // 2])
-                half = ev.growth(flat)
-                k = int(first.searchsorted(flat))
-                assert half[:k].tolist() == want[:k].tolist() and not half[k:].any()
 
 
 def _interleaved(seed: int) -> bytes:
@@ -435,40 +278,11 @@ def _interleaved(seed: int) -> bytes:
     return to_jsonl(run)
 
 
-def test_lazy_memory_windows_match_the_event_loop(monkeypatch: pytest.MonkeyPatch) -> None:
-    # the fast path visits only the memory windows that can change something, merged with the
-    # step-time and graph windows by record: the same alerts as every window in one sorted loop
+def test_nearby_windows_of_both_rules_give_one_owner() -> None:
+    # read whole and live, the same alerts; a growth is one rule's
     datas = [_interleaved(seed) for seed in range(16)]
-    fast = [_growth_alerts_of(parse_all(d)) for d in datas]
-    monkeypatch.setattr(memory.GrowthAnalysis, "fast", False)
-    assert fast == [_growth_alerts_of(parse_all(d)) for d in datas]
-    rules = [r for run in fast for r, *_ in run]
+    whole = [_growth_alerts_of(parse_all(d)) for d in datas]
+    assert whole == [_growth_alerts_of(parse_live(d, seed=1, max_lines=8)) for d in datas]
+    assert all(len({r for r, *_ in run}) <= 1 for run in whole), whole
+    rules = [r for run in whole for r, *_ in run]
     assert "memory_growth" in rules and "state_detach" in rules
-
-
-def test_flat_from_gives_up_on_tails_shorter_than_a_window() -> None:
-    for seed in range(20):
-        rng = np.random.default_rng(seed)
-        x = 1000.0 * (1 + rng.normal(0, 2e-3, 300))
-        x[: rng.integers(200, 300)] *= rng.uniform(0.5, 0.99)  # steady only over the last few
-        full = flat_from(x, 0.005)
-        for shortest in (5, 30, 64):
-            want = full if x.shape[0] - full >= shortest else x.shape[0]
-            assert flat_from(x, 0.005, shortest) == want, (seed, shortest, full)
-
-
-@pytest.mark.parametrize("repeat", [False, True])
-def test_window_rho_is_each_windows_spearman(repeat: bool) -> None:
-    # asked in any order, computed eight candidates at a time (or one by one when a step
-    # repeats): each window's rho as stats.spearman gives it
-    _t, m = _pushed(3, 600, 250)
-    if repeat:
-        steps = m.steps.copy()
-        steps[300] = steps[299]
-        m = Points("memory", steps, m.values, m.times, m.pos)
-    ev = TrendTrack(200).push(m).evals(200, 10, 50)
-    cand = np.flatnonzero(np.arange(ev.end.shape[0]) % 3 != 1)
-    rho = WindowRho(ev, cand)
-    for k in [*cand[::-1][:3].tolist(), *cand.tolist()]:
-        x, y = ev.window_at(k)
-        assert rho.get(int(k)) == spearman(x, y), k

@@ -30,8 +30,6 @@ RUN_LEVEL: dict[str, frozenset[str]] = {
     "GradVanishingRule": frozenset({"peak", "peak_step"}),
     # the LR's peak over the run
     "LrPeak": frozenset({"peak", "_pending"}),
-    # the frame the two rules' hits were computed for, and those hits (a per-frame cache)
-    "GrowthAnalysis": frozenset({"_frame", "_hits"}),
     # the LR's story is the run's: only the loss history restarts with the steps
     "LrExhaustedRule": frozenset({"n", "peak", "all_zero", "start_fired", "zrun", "zfired",
                                   "zrun_start", "frun", "frun_start", "ffired", "last_lr"}),
@@ -109,7 +107,6 @@ def test_a_rewound_rule_equals_a_fresh_one(fed: dict[str, RuleEngine]) -> None:
     """Rules whose state the runs changed (else the comparison after the rewind proves nothing)."""
     for kind, engine in fed.items():
         assert [type(r) for r in engine._rules] == [type(r) for r in fresh._rules]
-        # (before any rewind: state_detach and memory_growth share one analysis)
         dirty.update(type(r).__name__ for r, new in zip(engine._rules, fresh._rules, strict=True)
                      if state(r) != state(new))
         for rule, new in zip(engine._rules, fresh._rules, strict=True):

@@ -9,7 +9,6 @@ import pytest
 
 from trainwatch.rules.detectors.blocks import BlockStream
 from trainwatch.rules.detectors.episode import ESCALATE, START, START_ESCALATED, Episode
-from trainwatch.rules.detectors.growth import flat_from, quick_growth
 from trainwatch.rules.detectors.stats import (
     block_medians,
     distinct,
@@ -218,21 +217,3 @@ def test_nan_median_rows_matches_numpy() -> None:
         with np.errstate(all="ignore"), pytest.warns(RuntimeWarning):
             ref = np.nanmedian(a, axis=1)
         assert np.array_equal(nan_median_rows(a), ref, equal_nan=True)
-
-
-def test_flat_tail_bounds_the_quick_growth() -> None:
-    """Every window inside the tail flat_from finds has a quick growth below the bar (that is
-    what lets the growth rules skip them)."""
-    for seed in range(20):
-        rng = np.random.default_rng(seed)
-        x = 1000.0 * (1 + rng.normal(0, 2e-3, 600))
-        x[: rng.integers(0, 300)] *= rng.uniform(0.5, 0.99)  # a ramp, then steady
-        bar = 0.005
-        f = flat_from(x, bar)
-        assert 0 <= f <= x.shape[0]
-        first = np.arange(f, x.shape[0] - 40 + 1)
-        if first.shape[0]:
-            assert (quick_growth(x, first, first + 40 - 8, 8) < bar).all()
-        if f > 0:  # and it is the longest such tail
-            tail = x[f - 1:]
-            assert not tail.max() - tail.min() < 0.999 * bar * tail.min()

@@ -152,55 +152,16 @@ class ThroughputConfig(RuleBase):
     """...and this many seconds (a wobble on a shared machine is one episode, not one per dip)."""
 
 
-@dataclass(frozen=True)
-class MemoryConfig(RuleBase):
-    window: int = integer(ge=5)
-    """Points in the trend window (Theil-Sen slope + Spearman rho)."""
-    every: int = integer(ge=1)
-    """The trend is tested every N points."""
-    warmup_points: int = integer(ge=0)
-    """Points skipped at the start of a segment (optimizer state, allocator warm-up)."""
-    min_rho: float = num(gt=0, le=1)
-    min_growth: float = num(gt=0)
-    """Growth over the window as a fraction of the level."""
-
-
-@dataclass(frozen=True)
-class DetachConfig(RuleBase):
-    probe_severity: str = severity()
-    """Severity when the trainer's probe says the state is still attached."""
-    probe_metrics: tuple[str, ...] = names()
-    graph_metrics: tuple[str, ...] = names()
-    """Series with the autograd graph size (growing: state not detached)."""
-    window: int = integer(ge=5)
-    every: int = integer(ge=1)
-    warmup_points: int = integer(ge=0)
-    memory_min_rho: float = num(gt=0, le=1)
-    memory_min_growth: float = num(gt=0)
-    time_min_rho: float = num(gt=0, le=1)
-    time_min_growth: float = num(gt=0)
-    time_min_late_slope: float = num(ge=0)
-    """A rising step time counts only when it rises steadily: a line fits it about as well as
-    the best single step, or the part after that step still rises at this fraction of the slope
-    the step stands for (a ramp that began inside the window). After a load step or a burst the
-    step time is flat: ~0 there. See ``trainwatch.rules.detectors.rise_shape.steady_rise``."""
-    time_only: bool = flag()
-    """Without a memory series, step time alone rising steadily (stricter bars below)."""
-    time_only_rho: float = num(gt=0, le=1)
-    time_only_growth: float = num(gt=0)
-    graph_window: int = integer(ge=3)
-    graph_min_rho: float = num(gt=0, le=1)
-    graph_min_growth: float = num(gt=0)
-
-
 # the models that live with their rules (those modules import RuleBase from here: imported
 # once it is defined)
 from trainwatch.rules.builtin.console_error import ConsoleConfig
 from trainwatch.rules.builtin.learning_stalled import StalledConfig
+from trainwatch.rules.builtin.memory_growth import MemoryConfig
 from trainwatch.rules.builtin.nan_inf import NanInfConfig
 from trainwatch.rules.builtin.rank_straggler import StragglerConfig
 from trainwatch.rules.builtin.spike_rule import SpikeConfig
 from trainwatch.rules.builtin.stalled_stream import StreamConfig
+from trainwatch.rules.builtin.state_detach import DetachConfig
 from trainwatch.rules.builtin.step_time_outlier import StepTimeConfig
 
 RULE_MODELS: dict[str, type[RuleBase]] = {

@@ -1,303 +1,315 @@
-"""Steady growth of memory, step time and graph size: the shared analysis behind
-``memory_growth`` and ``state_detach``.
+"""Steady growth of a series: a trend tested every ``every`` points over its last ``window``.
 
-A trend is tested every ``every`` points over the last ``window`` points of a series: Theil-Sen
-slope (robust to outliers) and Spearman rho (monotone, whatever the shape), with growth over the
-window as a fraction of its level. Exact tests are O(window^2), so a vectorised pre-filter (the
-median of the window's last fifth against its first fifth) picks the few windows worth testing.
+The trend of a window is Theil-Sen's slope (robust to outliers) and Spearman's rho (monotone,
+whatever the shape), its growth the slope over the window's steps as a fraction of its level
+(:func:`trend`). The slope is O(window^2), so a quick estimate,
+vectorised over every window a frame ends, picks the few worth them: the median of the window's
+last fifth over its first fifth's, minus 1, must reach half the bar (:data:`QUICK_SHARE`). A
+window may also read another series over its step span (a memory window, the step times logged
+meanwhile): at most the last ``cap`` of those points, so that what a live rule holds stays
+bounded and the file read whole reads the same points.
 
-The two rules are one analysis so that they agree: step time and memory rising together is a
-graph kept across steps through the recurrent state (``state_detach``); memory rising with a flat
-step time is a tensor kept with its graph (``memory_growth``). Whichever is seen first in a
-segment owns the diagnosis; the other does not fire on the same growth.
-
-A rising step time only counts as the detach ramp when it rises *steadily* (see
-:func:`~trainwatch.rules.detectors.rise_shape.steady_rise`): an undetached state makes every backward pass longer by the same amount,
-while other processes loading the machine lift the step time in a step (load arrives) or a burst.
-Without that test a memory leak on a busy machine reads as a detach bug.
+    tail = Tail(keep=200)
+    ev = tail.push(points).evals(window=200, every=10, warmup=50)
+    for k, (slope, rho, growth) in Episodes(min_rho=0.9, min_growth=0.01).starts(ev): ...
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from collections.abc import Iterator
+from typing import NamedTuple
 
 import numpy as np
 
-from trainwatch.rules.detectors.ordered_trend import (
-    spearman_in_order,
-    spearman_rows,
-    trend_in_order,
-)
-from trainwatch.rules.detectors.stats import median_sorted, windows
+from trainwatch.rules.detectors.stats import relative_growth, spearman, windows
+from trainwatch.rules.engine.base import Points
+
+SPAN_CAP_WINDOWS = 16
+"""A window reads at most this many times the longer window's points of the other series in its
+step span (memory every 16 steps: a 200-point memory window's 3,200 step times are all read)."""
+
+QUICK_SHARE = 0.5
+"""A window's quick estimate must reach this share of a growth bar before the exact test (the
+median of a fifth is noisier than a trend over the whole window)."""
+QUICK_BLOCK = 5
+"""The quick estimate compares the medians of a window's first and last 1/QUICK_BLOCK (2 points
+at the least)."""
+
+MIN_POINTS = 5
+"""A trend over fewer points does not count (another series' step span may hold few)."""
+
+Trend = tuple[float, float, float]
+"""(Theil-Sen slope per step, Spearman rho, growth over the window as a fraction of its level)."""
+
+_DTYPES = (np.int64, np.float64, np.int64)
+"""Of the steps, values and records a tail holds."""
 
 
-@dataclass(frozen=True)
-class Evals:
-    """Evaluation points of one push: windows ending at ``end`` in the concatenated arrays."""
+def theil_sen(x: np.ndarray, y: np.ndarray) -> float:
+    """Theil-Sen slope: the median of the slopes of all pairs of points with distinct ``x``.
+
+    Each pair is read once, from two strided views (:func:`_pair_diffs`): no index tables, whose
+    size a long window (a memory window's span of 3,200 step times: 5M pairs) would make a burden
+    to keep; the median's two order statistics are found by partition."""
+    dy, dx = _pair_diffs(y), _pair_diffs(x)
+    keep = dx != 0
+    if not keep.all():
+        dy, dx = dy[keep], dx[keep]
+    m = dy.shape[0]
+    if m == 0:
+        return 0.0
+    dy /= dx
+    k = m // 2
+    dy.partition(k)
+    hi = float(dy[k])
+    lo = hi if m % 2 else float(dy[:k].max())
+    return (lo + hi) * 0.5 + 0.0  # (+ 0.0: a zero slope is 0.0, whichever pair it came from)
+
+
+def _pair_diffs(v: np.ndarray) -> np.ndarray:
+    """``v[j] - v[i]`` for every pair i < j, in some order, each once (a new array): row L of
+    the differences at lags 1..n/2 wrapping round holds the pairs L apart and, negated, those
+    n - L apart (a negated pair gives the same slope: IEEE negation is exact); for even n the last
+    row's second half repeats its first, and is cut off."""
+    n = v.shape[0]
+    d = windows(np.concatenate((v, v)), n)[1:n // 2 + 1] - v
+    return d.reshape(-1)[:n * (n - 1) // 2]
+
+
+def trend(x: np.ndarray, y: np.ndarray, min_rho: float = -1.0) -> Trend:
+    """The trend of ``y`` against ``x`` (the slope is not computed below ``min_rho``: NaN)."""
+    rho = spearman(x, y)
+    if rho < min_rho:
+        return math.nan, rho, math.nan
+    slope = theil_sen(x, y)
+    return slope, rho, relative_growth(slope, x, y)
+
+
+class Evals(NamedTuple):
+    """The windows of one push that are tested: each ends at index ``end`` of the arrays."""
 
     steps: np.ndarray
     values: np.ndarray
     pos: np.ndarray
     times: np.ndarray
+    """The frame's points' only (from index ``n_old``): a window ends at one of them."""
+    n_old: int
     end: np.ndarray
-    """Index (into the arrays above) of each evaluated window's last point."""
     window: int
-    every: int = 1
-    """Points between two evaluations (``end`` steps by it)."""
 
     @property
     def q(self) -> int:
         """Points in the first and last fifth the quick estimate compares."""
-        return max(2, self.window // 5)
+        return max(2, self.window // QUICK_BLOCK)
 
-    def growth(self, flat_from: int | None = None, mask: np.ndarray | None = None) -> np.ndarray:
-        """Quick growth estimate of each window (last fifth's median over the first fifth's,
-        - 1), computed only where ``mask`` is set and the window starts before ``flat_from``
-        (see :func:`flat_from`); 0 elsewhere (the caller knows it cannot matter there)."""
-        n = self.end.shape[0]
-        first = self.end - (self.window - 1)
-        # the windows start in order: those before flat_from are a prefix
-        cut = n if flat_from is None else int(first.searchsorted(flat_from))
-        if mask is None and cut == n:
-            return self._growth_prefix(n)
-        out = np.zeros(n)
+    def growth(self, mask: np.ndarray | None = None) -> np.ndarray:
+        """The quick growth estimate of each window (where ``mask`` is set; 0 elsewhere)."""
+        end = self.end if mask is None else self.end[mask]
+        g = quick_growth(self.values, end - (self.window - 1), end - (self.q - 1), self.q)
         if mask is None:
-            if cut:
-                out[:cut] = self._growth_prefix(cut)
-            return out
-        ks = mask[:cut].nonzero()[0]
-        if ks.shape[0]:
-            out[ks] = quick_growth(self.values, first[ks], self.end[ks] - (self.q - 1), self.q)
+            return g
+        out = np.zeros(self.end.shape[0])
+        out[mask] = g
         return out
 
-    def _growth_prefix(self, k: int) -> np.ndarray:
-        """The quick growth of the first k windows: their fifths start every ``every`` points,
-        so the blocks are strided views of the values (no gather)."""
-        if k == 0:
-            return np.empty(0)
-        e0 = int(self.end[0])
-        return _strided_growth(self.values, e0 - (self.window - 1), e0 - (self.q - 1),
-                               self.every, k, self.q)
+    def may_rise(self, bar: float) -> bool:
+        """Whether a window's quick growth may reach ``bar`` (see :func:`may_rise`)."""
+        e = self.end
+        return e.shape[0] > 0 and may_rise(self.values[e[0] - self.window + 1:e[-1] + 1], bar)
 
     def window_at(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """(steps as floats, values) of window k."""
         e = int(self.end[k])
         sl = slice(e - self.window + 1, e + 1)
         return self.steps[sl].astype(np.float64), self.values[sl]
 
-    def exact(self, k: int, min_rho: float = -1.0, rho: float | None = None
-              ) -> tuple[float, float, float]:
-        """(slope per step, rho, growth over the window) of evaluation k (see
-        :func:`~trainwatch.rules.detectors.stats.trend`); ``rho``: from :class:`WindowRho`, if known."""
-        x, y = self.window_at(k)
-        return trend_in_order(x, y, min_rho, rho)
+    def exact(self, k: int, min_rho: float = -1.0) -> Trend:
+        """The trend of window k (its slope is not computed below ``min_rho``: NaN)."""
+        return trend(*self.window_at(k), min_rho)
+
+    def at(self, k: int) -> tuple[int, int, float]:
+        """(record, step, time) where window k ends."""
+        e = int(self.end[k])
+        return int(self.pos[e]), int(self.steps[e]), float(self.times[e - self.n_old])
 
 
-class WindowRho:
-    """Spearman rho of an :class:`Evals`' candidate windows, computed when first asked for, in
-    one vectorised pass over that window and the next few candidates: the exact tests run in
-    order and most fail on rho while a rise builds up (consecutive windows), so one pass answers
-    several of them (see :func:`~trainwatch.rules.detectors.ordered_trend.spearman_rows`)."""
-
-    def __init__(self, ev: Evals, cand: np.ndarray) -> None:
-        self.ev = ev
-        self.cand = cand
-        """Indices of the evaluations that may be asked for, in order."""
-        self.batch = 8
-        """Windows per pass: one pass over eight costs about what two or three single ones do
-        (30 or 200 points, with ties)."""
-        self._rho: dict[int, float] = {}
-        self._steps_in_order: bool | None = None
-
-    def get(self, k: int) -> float:
-        r = self._rho.get(k)
-        if r is None:
-            i = int(self.cand.searchsorted(k))
-            ks = self.cand[i:i + self.batch]
-            if ks.shape[0] == 0 or ks[0] != k:
-                ks = np.array([k])
-            self._rho.update(zip(ks.tolist(), self._compute(ks).tolist()))
-            r = self._rho[k]
-        return r
-
-    def _compute(self, ks: np.ndarray) -> np.ndarray:
-        ev = self.ev
-        if self._steps_in_order is None:
-            s = ev.steps
-            self._steps_in_order = bool((s[1:] > s[:-1]).all())
-        if not self._steps_in_order:  # (rare: a window may hold a repeated step)
-            return np.array([spearman_in_order(*ev.window_at(k)) for k in ks.tolist()])
-        return spearman_rows(windows(ev.values, ev.window)[ev.end[ks] - (ev.window - 1)])
-
-
-def quick_growth(values: np.ndarray, first: np.ndarray, last: np.ndarray, q: int) -> np.ndarray:
-    """Median of ``values[last:last+q]`` over the median of ``values[first:first+q]``, minus 1."""
-    k = first.shape[0]
-    if k == 0:
-        return np.empty(0)
-    rows = windows(values, q)[np.concatenate((first, last))]  # one sort for both ends
-    rows.sort(axis=1)
-    med = np.asarray(median_sorted(rows), dtype=np.float64)
-    return _ratio(med[:k], med[k:])
-
-
-def _strided_growth(values: np.ndarray, first0: int, last0: int, every: int, k: int, q: int
-                    ) -> np.ndarray:
-    """:func:`quick_growth` of k windows whose first and last blocks start at ``first0`` and
-    ``last0`` and every ``every`` points after: two strided views, copied and sorted at once.
-
-    When the distance between a window's two blocks is a whole number d of ``every`` (memory's
-    200-point windows every 10: 16), window i's last block is window i + d's first: the k + d
-    distinct blocks are sorted once each instead of 2k."""
-    w = windows(values, q)
-    d, r = divmod(last0 - first0, every)
-    if r == 0 and d < k:
-        rows = w[first0:first0 + every * (k + d):every].copy()
-        rows.sort(axis=1)
-        med = np.asarray(median_sorted(rows), dtype=np.float64)
-        return _ratio(med[:k], med[d:d + k])
-    rows = np.concatenate((w[first0:first0 + every * k:every], w[last0:last0 + every * k:every]))
-    rows.sort(axis=1)
-    med = np.asarray(median_sorted(rows), dtype=np.float64)
-    return _ratio(med[:k], med[k:])
-
-
-def _ratio(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``b / a - 1`` where ``a > 0``; else inf where ``b > a``, 0 elsewhere."""
-    if a.min() > 0:  # (the usual case: a memory or a step time)
-        g = b / a
-        g -= 1.0
-        return g
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(a > 0, b / a - 1.0, np.where(b > a, np.inf, 0.0))
-
-
-def joint_candidates(ev: Evals, other: Pushed, other_bar: float, bar: float
-                     ) -> np.ndarray | None:
-    """``(span_growth(ev, other, ev.q, ...) >= other_bar) & (ev.growth() >= bar)``, when
-    ``other`` holds the same records as ``ev`` in strictly increasing steps (memory logged with
-    every step time: the usual case): each window's span in ``other`` is then the same index
-    range (never cut by a span cap: that is at least a window). ``ev``'s estimate first, from strided blocks; ``other``'s only where it passes (a flat
-    step time under a leak fails about half). None otherwise."""
-    n, k, q = ev.values.shape[0], ev.end.shape[0], ev.q
-    if other.values.shape[0] != n or k == 0 or not np.array_equal(other.pos, ev.pos):
-        return None
-    s = ev.steps
-    if not bool((s[1:] > s[:-1]).all()):
-        return None  # (a repeated step: the span by steps may start earlier)
-    cand = ev.growth() >= bar
-    ks = cand.nonzero()[0]
-    if ks.shape[0] == k:
-        e0 = int(ev.end[0])
-        g = _strided_growth(other.values, e0 - (ev.window - 1), e0 - (q - 1), ev.every, k, q)
-        cand &= g >= other_bar
-    elif ks.shape[0]:
-        end = ev.end[ks]
-        cand[ks] = quick_growth(other.values, end - (ev.window - 1), end - (q - 1), q) >= other_bar
-    return cand
-
-
-def flat_from(values: np.ndarray, bar: float, shortest: int = 0) -> int:
-    """The first index from which the values stay positive and within ``bar`` of their minimum
-    (``max - min < bar * min``, with a 0.1 % margin for rounding); ``len(values)`` if even the
-    last one is not positive, or if that flat tail is shorter than ``shortest`` (then it holds
-    no window of that many points, and one look at the last values says so).
-
-    Every window inside that flat tail has a quick growth (a ratio of two medians of its values)
-    below ``bar``, so a rule whose bar it is need not compute it there: on a steady series this
-    skips nearly every evaluation for a few array passes.
-    """
-    n = values.shape[0]
-    if n == 0:
-        return 0
-    rel = bar * 0.999
-    if 0 < shortest < n:
-        t = values[n - shortest:]
-        lo, hi = float(t.min()), float(t.max())
-        if not (lo > 0 and hi - lo < rel * lo):
-            return n
-    lo, hi = float(values.min()), float(values.max())
-    if lo > 0 and hi - lo < rel * lo:
-        return 0
-    rv = values[::-1]
-    smin = np.minimum.accumulate(rv)
-    ok = (np.maximum.accumulate(rv) - smin < rel * smin) & (smin > 0)
-    # a shorter tail has a smaller range and a larger minimum: ok holds from some index on
-    return n - int(np.count_nonzero(ok))
-
-
-@dataclass(frozen=True)
-class Pushed:
-    """A ring's recent points followed by the frame's, ready for evaluation schedules."""
+class Pushed(NamedTuple):
+    """A tail's points from earlier frames followed by the frame's."""
 
     steps: np.ndarray
     values: np.ndarray
     pos: np.ndarray
     times: np.ndarray
+    """The frame's points' only."""
     n_old: int
     """How many of the points came from earlier frames."""
     c0: int
-    """Points pushed (since the last reset) before this frame's."""
+    """Points pushed since the segment began, before this frame's."""
 
     def evals(self, window: int, every: int, warmup: int) -> Evals:
-        """Windows of ``window`` points ending every ``every`` points after ``warmup`` points.
-
-        The point with count c (1-based since the reset) ends a window when
-        c >= warmup + window and (c - warmup - window) is a multiple of ``every``.
-        """
-        m = self.values.shape[0] - self.n_old
-        first_c = warmup + window
-        start = max(first_c, self.c0 + 1)
-        start += (-(start - first_c)) % every
-        c = np.arange(start, self.c0 + m + 1, every)
-        end = c - self.c0 - 1 + self.n_old
-        return Evals(self.steps, self.values, self.pos, self.times, end, window, every)
+        """Windows of ``window`` points ending every ``every`` points after ``warmup``: the point
+        counting c (from 1 in the segment) ends one when c >= warmup + window and
+        c - warmup - window is a multiple of ``every``. Only windows ending in the frame."""
+        first = warmup + window
+        start = max(first, self.c0 + 1)
+        start += (first - start) % every
+        at = self.n_old - self.c0 - 1  # (the index of the point counting c is c + at)
+        end = np.arange(start + at, self.values.shape[0], every)
+        return Evals(self.steps, self.values, self.pos, self.times, self.n_old, end, window)
 
 
-def span_growth(ev: Evals, other: Pushed | None, q: int, min_points: int,
-                flat: int | None = None, cap: int | None = None) -> np.ndarray:
-    """For each evaluation of ``ev``, the quick growth of ``other``'s points within the same step
-    span, at most its last ``cap`` (see :func:`span_window`; NaN where ``other`` has fewer than
-    ``min_points`` there; 0 where the span starts at or after ``other``'s index ``flat``, see
-    :func:`flat_from`)."""
-    n = ev.end.shape[0]
-    if other is None or n == 0 or other.values.shape[0] == 0:
-        return np.full(n, np.nan)
-    # up to the evaluated record (by position, not step: a later record may share the step)
-    s0 = ev.steps[ev.end - ev.window + 1]
-    lo = other.steps.searchsorted(s0, "left")
-    hi = other.pos.searchsorted(ev.pos[ev.end], "right")
-    if cap is not None:
-        lo = np.maximum(lo, hi - cap)
-    ok = (hi - lo) >= max(min_points, q)
-    out = np.full(n, np.nan)
-    if flat is not None:
-        out[ok & (lo >= flat)] = 0.0
-        ok &= lo < flat
-    if ok.any():
-        out[ok] = quick_growth(other.values, lo[ok], hi[ok] - q, q)
+class Tail:
+    """The last ``keep`` points of one series in a segment, which the next frame's windows read.
+
+    Live, a frame brings a few points and ``keep`` may be thousands (the step times a memory
+    window spans): the points are appended in place to buffers twice that long, and the held ones
+    moved to the front only when a buffer is full, so a frame costs about its own points."""
+
+    def __init__(self, keep: int) -> None:
+        self.keep = keep
+        self.reset()
+
+    def reset(self) -> None:
+        self._bufs = tuple(np.zeros(2 * self.keep, dtype=d) for d in _DTYPES)
+        self.count = 0
+        """Points pushed since the segment began."""
+        self.n = 0
+        """Points held (the last ``keep`` pushed), from ``start`` in the buffers."""
+        self.start = 0
+
+    def push(self, pts: Points) -> Pushed:
+        """The held points followed by ``pts`` (finite), as arrays valid until the next push;
+        the last ``keep`` of them are held."""
+        new = (pts.steps, pts.values, pts.pos)
+        m, n_old, c0 = pts.values.shape[0], self.n, self.count
+        self.count += m
+        if n_old == 0 and m >= self.keep:  # (a whole file: its arrays as they are)
+            self._hold(new, m)
+            return Pushed(*new, pts.times, 0, c0)
+        need = n_old + m
+        if self.start + need > self._bufs[0].shape[0]:
+            held = tuple(b[self.start:self.start + n_old] for b in self._bufs)
+            if need > self._bufs[0].shape[0]:
+                self._bufs = tuple(np.empty(2 * need, dtype=b.dtype) for b in self._bufs)
+            self._hold(held, n_old)
+        s = self.start
+        for b, a in zip(self._bufs, new):
+            b[s + n_old:s + need] = a
+        out = Pushed(*(b[s:s + need] for b in self._bufs), pts.times, n_old, c0)
+        self.n = min(need, self.keep)
+        self.start = s + need - self.n
+        return out
+
+    def _hold(self, arrs: tuple[np.ndarray, ...], n: int) -> None:
+        """Hold the last ``keep`` of ``arrs`` (``n`` points), copied to the buffers' front."""
+        k = min(n, self.keep)
+        for b, a in zip(self._bufs, arrs):
+            b[:k] = a[n - k:n]
+        self.n, self.start = k, 0
+
+
+def quick_growth(values: np.ndarray, first: np.ndarray, last: np.ndarray, q: int) -> np.ndarray:
+    """The median of ``values[last:last+q]`` over that of ``values[first:first+q]``, minus 1 (inf
+    for a rise from a level at or below 0, 0 for no rise from there)."""
+    k = first.shape[0]
+    if k == 0:
+        return np.empty(0)
+    rows = windows(values, q)[np.concatenate((first, last))]
+    rows.sort(axis=1)  # (short rows: sorting them beats np.median's partition and NaN checks)
+    med = (rows[:, (q - 1) // 2] + rows[:, q // 2]) * 0.5
+    a, b = med[:k], med[k:]
+    if a.min() > 0:  # (the usual case: a memory or a step time)
+        return b / a - 1.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(a > 0, b / a - 1.0, np.where(b > a, np.inf, 0.0))
+
+
+FLAT_MARGIN = 0.999
+""":func:`may_rise` says no only with this margin under the bar (medians and ratios round)."""
+
+
+def may_rise(values: np.ndarray, bar: float) -> bool:
+    """Whether a quick growth estimate over ``values`` may reach ``bar``: not when they all stay
+    within ``bar`` of the lowest, which is positive (two medians of them are no further apart).
+    One look at a frame's values spares the estimate of each window where nothing rises (live,
+    every frame of a flat memory)."""
+    lo, hi = np.minimum.reduce(values), np.maximum.reduce(values)
+    return not (lo > 0 and hi - lo < FLAT_MARGIN * bar * lo)
+
+
+def span_may_rise(ev: Evals, other: Pushed, bar: float) -> bool:
+    """Whether ``other``'s quick growth over the step span of a window of ``ev`` may reach
+    ``bar`` (see :func:`may_rise`: over all of ``other``'s points from the first window's step)."""
+    if not ev.end.shape[0]:
+        return False
+    lo = other.steps.searchsorted(ev.steps[ev.end[0] - ev.window + 1], "left")
+    return lo < other.values.shape[0] and may_rise(other.values[lo:], bar)
+
+
+def _span(ev: Evals, end: np.ndarray, other: Pushed, cap: int) -> tuple[np.ndarray, np.ndarray]:
+    """The index range [lo, hi) of ``other``'s points in the step span of the windows ending at
+    ``end``, up to the window's last record (by position: a later record may share its step),
+    the last ``cap`` of them at most."""
+    lo = other.steps.searchsorted(ev.steps[end - (ev.window - 1)], "left")
+    hi = other.pos.searchsorted(ev.pos[end], "right")
+    return np.maximum(lo, hi - cap), hi
+
+
+def span_growth(ev: Evals, other: Pushed, mask: np.ndarray, cap: int) -> np.ndarray:
+    """For each window of ``ev`` where ``mask`` is set, the quick growth of ``other`` over its step
+    span (see :func:`_span`); NaN where it holds fewer than :data:`MIN_POINTS` (and the
+    estimate's two blocks) or ``mask`` is not set."""
+    out = np.full(ev.end.shape[0], np.nan)
+    ks = mask.nonzero()[0]
+    if ks.shape[0] == 0 or other.values.shape[0] == 0:
+        return out
+    lo, hi = _span(ev, ev.end[ks], other, cap)
+    ok = hi - lo >= max(MIN_POINTS, ev.q)
+    out[ks[ok]] = quick_growth(other.values, lo[ok], hi[ok] - ev.q, ev.q)
     return out
 
 
-def span_window(ev: Evals, k: int, other: Pushed, cap: int | None = None
-                ) -> tuple[np.ndarray, np.ndarray]:
-    """``other``'s (steps, values) within the step span of ``ev``'s evaluation k (up to the
-    evaluated record, by position: a later record may share its step), at most the last ``cap``.
-
-    The cap bounds what a live track must hold of a series logged far more often than the one
-    whose window it is (memory every 100 steps: a 200-point window spans 20,000 step times);
-    read the same way whole-file, it gives the same points however the stream is batched."""
-    e = int(ev.end[k])
-    lo = int(other.steps.searchsorted(ev.steps[e - ev.window + 1], "left"))
-    hi = int(other.pos.searchsorted(ev.pos[e], "right"))
-    if cap is not None:
-        lo = max(lo, hi - cap)
+def span_window(ev: Evals, k: int, other: Pushed, cap: int) -> tuple[np.ndarray, np.ndarray]:
+    """``other``'s (steps as floats, values) in the step span of window k (see :func:`_span`)."""
+    lo, hi = (int(i[0]) for i in _span(ev, ev.end[k:k + 1], other, cap))
     return other.steps[lo:hi].astype(np.float64), other.values[lo:hi]
 
 
-def span_trend(ev: Evals, k: int, other: Pushed, min_rho: float = -1.0, cap: int | None = None
-               ) -> tuple[float, float, float, int]:
-    """Exact trend of ``other`` within the step span of ``ev``'s evaluation k (at most its last
-    ``cap`` points: see :func:`span_window`)."""
-    x, y = span_window(ev, k, other, cap)
-    slope, rho, growth = trend_in_order(x, y, min_rho)
-    return slope, rho, growth, x.shape[0]
+class Episodes:
+    """Growth episodes over a series' windows: a window whose quick estimate reaches its share of
+    ``min_growth`` (:data:`QUICK_SHARE`) and whose trend passes ``min_rho`` and ``min_growth`` starts one, unless one
+    holds; the next window whose quick estimate falls short ends it."""
+
+    def __init__(self, min_rho: float, min_growth: float) -> None:
+        self.min_rho = min_rho
+        self.min_growth = min_growth
+        self.active = False
+
+    def starts(self, ev: Evals) -> Iterator[tuple[int, Trend]]:
+        """The windows of ``ev`` that start an episode, in order, with their trends (lazily: a
+        reader that stops early leaves the windows after it untested)."""
+        bar = self.min_growth * QUICK_SHARE
+        if not (self.active or ev.may_rise(bar)):
+            return  # (no window can start an episode; none is there to end)
+        pre = ev.growth() >= bar
+        ups, downs = pre.nonzero()[0], (~pre).nonzero()[0]
+        k = 0
+        while True:
+            seq = downs if self.active else ups
+            i = int(seq.searchsorted(k))
+            if i == seq.shape[0]:
+                return
+            k = int(seq[i]) + 1
+            if self.active:
+                self.active = False
+                continue
+            tr = ev.exact(k - 1, self.min_rho)
+            if tr[1] >= self.min_rho and tr[2] >= self.min_growth:
+                self.active = True
+                yield k - 1, tr
+
+
+def rises(tr: Trend, n: int, min_rho: float, min_growth: float) -> bool:
+    """Whether a trend over ``n`` points (at least :data:`MIN_POINTS`) passes the bars."""
+    return n >= MIN_POINTS and tr[1] >= min_rho and tr[2] >= min_growth

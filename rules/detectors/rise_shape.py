@@ -1,19 +1,29 @@
 """The shape of a rising step time: a steady ramp (every backward pass longer by the same
 amount, as with an undetached state) or a step or burst (other processes loading the machine).
 
-``state_detach`` asks :func:`steady_rise` before it owns a step-time rise (see
-:mod:`trainwatch.rules.detectors.growth`); a rise that came in a step leaves a memory leak
-``memory_growth``.
+``state_detach`` asks :func:`steady_rise` before it owns a step-time rise; a rise that came in a
+step leaves a memory leak to ``memory_growth``.
 """
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 import numpy as np
 
-from trainwatch.rules.detectors.ordered_trend import theil_sen_in_order
-from trainwatch.rules.detectors.stats import small_median
+from trainwatch.rules.detectors.growth import theil_sen
+
+CLIP = 10
+"""The values are clipped to their CLIP-th and (100 - CLIP)-th percentiles (see :func:`best_step`)."""
+MIN_SEGMENT = 3
+"""Points a step's two segments hold at the least..."""
+SEGMENT_SHARE = 10
+"""...and a tenth of the window each: a split nearer an end fits a single hiccup."""
+LATE_SHARE = 4
+"""The part after a step must hold a quarter of the window (at least MIN_SEGMENT points) for its
+slope to say more than noise."""
+LINE_VS_STEP = 0.9
+"""A line passes when it explains at least this fraction of what the best single step does: the
+step picks its split to fit the data, noise included, which a line cannot (on a 30-point window
+a noisy slow ramp's best step explains ~5-15 % more than its line; a real step's line ~25 % less)."""
 
 
 def best_step(y: np.ndarray, min_seg: int) -> tuple[int, float, float]:
@@ -31,34 +41,20 @@ def best_step(y: np.ndarray, min_seg: int) -> tuple[int, float, float]:
     if n < 2 * min_seg:
         return n // 2, 0.0, 0.0
     srt = np.sort(y)
-    yc = np.minimum(np.maximum(y, srt[n // 10]), srt[n - 1 - n // 10])  # (np.clip, for less)
+    yc = np.clip(y, srt[n * CLIP // 100], srt[n - 1 - n * CLIP // 100])
     yc = yc - yc.mean()
     tot = float(np.dot(yc, yc))
     if tot <= 0:
         return n // 2, 0.0, 0.0
-    s, sizes, xc, sxx = _split_table(n, min_seg)
-    c = np.cumsum(yc)[min_seg - 1:n - min_seg]  # (at s - 1)
-    # the two segments' sums are c and -c (the values are centred): between-segment sum of
-    # squares of a split at s
-    between = c * c * n / sizes
-    k = int(np.argmax(between))
-    line = float(np.dot(xc, yc)) ** 2 / (sxx * tot)
-    return int(s[k]), float(between[k] / tot), line
-
-
-@lru_cache(maxsize=16)
-def _split_table(n: int, min_seg: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
-    """For :func:`best_step` on n points: the splits s, s (n - s), the centred index and its
-    sum of squares."""
     s = np.arange(min_seg, n - min_seg + 1)
+    # the two segments' sums are c and -c (the values are centred): the between-segment sum of
+    # squares of the split at s
+    c = np.cumsum(yc)[s - 1]
+    between = c * c * n / (s * (n - s))
+    k = int(np.argmax(between))
     xc = np.arange(n) - (n - 1) * 0.5
-    return s, s * (n - s), xc, float(np.dot(xc, xc))
-
-
-LINE_VS_STEP = 0.9
-"""A line passes when it explains at least this fraction of what the best single step does: the
-step picks its split to fit the data, noise included, which a line cannot (on a 30-point window
-a noisy slow ramp's best step explains ~5-15 % more than its line; a real step's line ~25 % less)."""
+    line = float(np.dot(xc, yc)) ** 2 / (float(np.dot(xc, xc)) * tot)
+    return int(s[k]), float(between[k] / tot), line
 
 
 def steady_rise(x: np.ndarray, y: np.ndarray, min_late: float) -> tuple[bool, float]:
@@ -66,25 +62,22 @@ def steady_rise(x: np.ndarray, y: np.ndarray, min_late: float) -> tuple[bool, fl
     window rather than in one step, and the late slope ratio (1.0 when the line wins outright).
 
     Two ways to pass: a line explains ``y`` about as well as the best single step (see
-    :func:`best_step` and :data:`LINE_VS_STEP`; the points are taken as evenly spaced): a ramp;
-    or, when a step fits better, the part after it still rises at ``min_late`` or more of the
-    slope that step stands for. A ramp of slope b puts the two segments' medians b x (distance between their centres)
-    apart, whatever the split: that jump over that distance is the slope the step stands for,
-    and the part after the split keeps rising at it (ratio ~1; more when the ramp began inside
-    the window). A load that arrived is a step with a flat part after it (ratio ~0); a burst at
-    the end is the same. With fewer than a quarter of the window after the step its slope is
-    mostly noise: not steady (yet: a later window sees more of it).
+    :func:`best_step`; the points taken as evenly spaced): a ramp; or, when a step fits better,
+    the part after it still rises at ``min_late`` or more of the slope that step stands for. A
+    ramp of slope b puts the two segments' medians b x (distance between their centres) apart,
+    whatever the split: that jump over that distance is the slope the step stands for, and the
+    part after the split keeps rising at it (ratio ~1; more when the ramp began inside the
+    window). A load that arrived is a step with a flat part after it (ratio ~0); a burst at the
+    end is the same. With fewer than a quarter of the window after the step its slope is mostly
+    noise: not steady (yet: a later window sees more of it).
     """
     n = y.shape[0]
-    split, share, line = best_step(y, max(3, n // 10))
+    split, share, line = best_step(y, max(MIN_SEGMENT, n // SEGMENT_SHARE))
     if line >= LINE_VS_STEP * share:
         return True, 1.0
-    # on Python numbers (a window is a few dozen points): the same order statistics, and x's
-    # sums are of integers (steps), exact in any order, so the means are numpy's to the bit
-    ys, xs = y.tolist(), x.tolist()
-    jump = small_median(ys[split:]) - small_median(ys[:split])
-    dist = sum(xs[split:]) / (n - split) - sum(xs[:split]) / split
+    jump = float(np.median(y[split:]) - np.median(y[:split]))
+    dist = float(x[split:].mean() - x[:split].mean())
     if not (jump > 0 and dist > 0):
         return False, 0.0
-    late = theil_sen_in_order(x[split:], y[split:]) / (jump / dist)
-    return late >= min_late and n - split >= max(3, n // 4), late
+    late = theil_sen(x[split:], y[split:]) / (jump / dist)
+    return late >= min_late and n - split >= max(MIN_SEGMENT, n // LATE_SHARE), late
