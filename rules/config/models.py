@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from trainwatch.rules.config.schema import (
     flag,
     integer,
-    names,
     num,
     opt_num,
     severity,
