@@ -184,7 +184,7 @@ def test_fast_paths_match_the_plain_loops(monkeypatch: pytest.MonkeyPatch) -> No
     fast = [_feed(parse_live(d, seed=2, max_lines=2500)).alerts for d in datas]
     for cls in (ThroughputDropRule, DivergenceRule, PlateauRule, GradVanishingRule,
                 LrExhaustedRule, LearningStalledRule, StalledStreamRule, GrowthAnalysis):
-        monkeypatch.setattr(cls, "fast", False)
+        monkeypatch.setattr(cls, "fast", False, raising=False)  # (the block rules have one path)
     slow = [_feed(parse_live(d, seed=2, max_lines=2500)).alerts for d in datas]
     assert fast == slow
     rules = {a.rule for run in fast for a in run}
