@@ -1,12 +1,9 @@
-"""``divergence`` on live-sized frames: the per-block reference reads its levels and jumps on
-Python floats, and a block below the lower rise bar reads no MAD, noise or scatter; a short push
-makes its blocks on Python floats (rules/detectors/block_stream.py). Each is held here to the array form
-or the definition, to the bit, and the alerts of a file read live to those of the file read
-whole."""
+"""``divergence`` block by block against its definition (every block above the best computes
+its bars from its noise, scatter, wander and MAD), and the alerts of a file read live against
+those of the file read whole."""
 
 from __future__ import annotations
 
-import copy
 import itertools
 import math
 from pathlib import Path
@@ -19,7 +16,10 @@ from bench.synthetic import fault_run
 from trainwatch.load import LoadedRun
 from trainwatch.rules import RuleEngine, load_rules_config
 from trainwatch.rules.builtin.divergence import DivergenceRule
-from trainwatch.rules.builtin.divergence_bars import (
+from trainwatch.rules.commands.check import feed_run
+from trainwatch.rules.detectors.block_wander import EVERY, HISTORY, wander
+from trainwatch.rules.detectors.blocks import Blocks
+from trainwatch.rules.detectors.rise_bars import (
     bar_scale,
     error_levels,
     error_rise,
@@ -27,51 +27,30 @@ from trainwatch.rules.builtin.divergence_bars import (
     noise_levels,
     noise_rise,
 )
-from trainwatch.rules.commands.check import feed_run
-from trainwatch.rules.detectors.block_levels import (
-    block_jumps,
-    block_levels,
-    jump_list,
-    level_at,
-    scatter_at_list,
-)
-from trainwatch.rules.detectors.block_stream import Blocks
-from trainwatch.rules.detectors.block_wander import EVERY, HISTORY, wander
 from trainwatch.rules.engine.base import Context
 
 
-@pytest.mark.parametrize("seed", range(4))
-def test_python_levels_and_jumps_are_the_arrays(seed: int) -> None:
-    rng = np.random.default_rng(seed)
-    med = 1.0 + 0.1 * rng.standard_normal(40)
-    med[[5, 6, 20]] = 0.0  # (jumps from 0 are absolute)
-    med[30:33] = -med[30:33]
-    for prev in (None, 0.7, 0.0):
-        assert jump_list(prev, med.tolist()) == block_jumps(prev, med).tolist()
-    for before in ([], [0.9], [1.2, 0.8]):
-        seq = before + med.tolist()
-        got = [level_at(seq, len(before) + i) for i in range(40)]
-        assert got == block_levels(before, med).tolist(), before
+def _median(xs: list[float]) -> float:
+    v = sorted(xs)
+    return (v[(len(v) - 1) // 2] + v[len(v) // 2]) / 2
 
 
-def test_python_levels_pick_the_arrays_zero() -> None:
-    """Ties of 0.0 and -0.0 (a loss at exactly 0): the level is the same zero as numpy picks
-    (bytes compared: -0.0 == 0.0 as numbers, not in a message)."""
-    vals = [-0.0, 0.0, 1.0, -1.0]
-    for seq in itertools.product(vals, repeat=5):
-        want = block_levels([], np.array(seq))
-        got = np.array([level_at(list(seq), i) for i in range(5)])
-        assert got.tobytes() == want.tobytes(), seq
+def _scatter(seg: np.ndarray) -> float:
+    """The between-block scatter at the segment's last block, by the definition: 1.0484 x the
+    median of its last 16 relative jumps (at least 4)."""
+    m = seg.tolist()
+    jumps = [abs(x - p) / (abs(p) if p else 1.0) for p, x in itertools.pairwise(m)]
+    return 1.0484 * _median(jumps[-16:]) if len(jumps) >= 4 else 0.0
 
 
-def _reference_block(rule: DivergenceRule, b: Blocks, i: int, med: float, jumps: list[float],
-                     levels: list[float], seg: np.ndarray, held: list[int]) -> bool:
+def _reference_block(rule: DivergenceRule, b: Blocks, i: int, med: float, seg: np.ndarray,
+                     held: list[int]) -> bool:
     """The reference as it reads by the definition: every block above the best computes its
     bars from its noise, scatter, wander and MAD (``seg``: the segment's block medians up to this
     one; ``held`` counts the blocks the wander alone kept down). Returns whether it fires."""
     cfg = rule.cfg
     rule.nblk += 1
-    level = levels[i]
+    level = _median(seg[-3:].tolist())
     if rule.best is None or rule.nblk <= cfg.warmup_windows:
         rule._note_best(level, 0)
         return False
@@ -83,7 +62,7 @@ def _reference_block(rule: DivergenceRule, b: Blocks, i: int, med: float, jumps:
         rule.active = rule.active and rule.quiet < 2
         rule._note_best(level, 0)
         return False
-    short = max(float(b.noise[i]), scatter_at_list(jumps, rule._jump0 + i))
+    short = max(float(b.noise[i]), _scatter(seg))
     wand = wander(seg[EVERY - 1::EVERY].tolist()[-HISTORY:])
     mad = float(b.mad[i])
     # a positive loss's noise multiplies: its noise rise is expm1 of the noise levels (the
@@ -161,7 +140,7 @@ def test_a_block_below_the_bars_changes_the_state_as_the_definition(
     """Blocks near the rise bars, with noise and MADs that raise the bars or not, taken one by
     one as live frames take them: the same state after every block, and the same blocks fire,
     as the definition."""
-    monkeypatch.setattr(DivergenceRule, "_fire", lambda self, *a: "hit")
+    monkeypatch.setattr(DivergenceRule, "_alert", lambda self, *a: "hit")
     rng = np.random.default_rng(seed)
     cfg = load_rules_config().rules["divergence"]
     rule = DivergenceRule(cfg, Context())  # type: ignore[arg-type]
@@ -177,13 +156,14 @@ def test_a_block_below_the_bars_changes_the_state_as_the_definition(
         mad = rng.uniform(0.0, 0.2, n) * np.where(rng.random(n) < 0.2, 1.0, 0.01)
         noise = rng.uniform(0.0, 0.012, n)
         b = Blocks(med, mad, noise, np.arange(n), np.zeros(n), np.arange(n))
-        rule._start_frame(b)
-        ref._start_frame(b)
-        jumps, levels = copy.copy(ref._frame_jumps()), block_levels(ref._before, med).tolist()
+        level, scatter = rule.levels.push(med.tolist())
+        rule.wander.start_frame(rule.nblk, med)
+        sd = np.maximum(noise, scatter)
         for i, m in enumerate(med.tolist()):
             before = rule.best
-            got = rule._block(None, b, i, m, None, 0) is not None  # type: ignore[arg-type]
-            want = _reference_block(ref, b, i, m, jumps, levels, meds[:start - n + i + 1], held)
+            got = rule._block(None, b, i, m, float(level[i]), float(mad[i]),  # type: ignore[arg-type]
+                              float(sd[i]), 0) is not None
+            want = _reference_block(ref, b, i, m, meds[:start - n + i + 1], held)
             assert got == want and _core(rule) == _core(ref), (seed, start, i)
             fired += got
             checked += before is not None and m >= before

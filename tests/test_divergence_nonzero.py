@@ -10,12 +10,12 @@ import itertools
 
 import numpy as np
 import pytest
-from rule_frames import fast_and_reference, feed_alike, frames_of
+from block_frames import cut_and_whole
+from rule_frames import frames_of
 
 from trainwatch.rules import load_rules_config
 from trainwatch.rules.builtin.divergence import DivergenceRule
-from trainwatch.rules.detectors.block_stream import Blocks, BlockStream
-from trainwatch.rules.detectors.blocks import shared_blocks
+from trainwatch.rules.detectors.blocks import Blocks, BlockStream, shared_blocks
 from trainwatch.rules.engine.base import Context, Points
 
 
@@ -58,7 +58,7 @@ def test_a_loss_with_zeros_has_the_blocks_of_its_non_zero_values(seed: int) -> N
     keep = loss != 0.0
     # the reference: the non-zero values alone, with their own steps, times and records
     pos = np.flatnonzero(keep)
-    ref = BlockStream(25, lazy=True).push(Points("loss", pos + 1, loss[pos], pos + 1.0, pos))
+    ref = BlockStream(25).push(Points("loss", pos + 1, loss[pos], pos + 1.0, pos))
     whole = _joined(_blocks(loss, [0, 3000], True))
     assert whole == _joined([ref]) and len(ref) > 30
     for _ in range(5):
@@ -72,13 +72,10 @@ def _records_loss(n: int, seed: int) -> np.ndarray:
 
 
 def _engine_divergence(loss: np.ndarray) -> list[tuple[int, str, float]]:
-    """(step, severity, rise) of each divergence alert, the fast and reference paths alike."""
+    """(step, severity, rise) of each divergence alert, in two frames and whole alike."""
     cfg = load_rules_config().rules["divergence"]
-    rules = fast_and_reference(DivergenceRule, cfg)
     n = loss.shape[0]
-    hits = []
-    for frame in frames_of({"loss": loss}, [0, n // 3, n]):
-        hits += feed_alike(rules, frame)
+    hits = cut_and_whole(DivergenceRule, cfg, {"loss": loss}, [0, n // 3, n])
     return [(a.step, a.severity, a.evidence["rise"]) for _, a in hits]
 
 
@@ -102,10 +99,9 @@ def test_a_rise_past_the_noise_of_a_noisy_loss_is_still_an_error() -> None:
 
 
 @pytest.mark.parametrize("seed", range(3))
-def test_the_vectorised_step_fires_as_the_reference_on_noisy_losses_with_zeros(seed: int
-                                                                              ) -> None:
+def test_noisy_losses_with_zeros_fire_alike_in_frames_and_whole(seed: int) -> None:
     """Noisy losses (batch noise from 1 % to Exponential) with zeros, rises of every size and
-    drops, in frames of every size: the fast and per-block paths fire alike, same state."""
+    drops, in frames of every size: the alerts of the series whole."""
     rng = np.random.default_rng(seed)
     cfg = load_rules_config().rules["divergence"]
     fired = 0
@@ -115,13 +111,6 @@ def test_the_vectorised_step_fires_as_the_reference_on_noisy_losses_with_zeros(s
         batch = (rng.exponential(1.0, n) if noise is None
                  else 1.0 + noise * rng.standard_normal(n))
         loss = np.where(rng.random(n) < p, 0.0, level * batch)
-        rules = fast_and_reference(DivergenceRule, cfg)
-        for frame in frames_of({"loss": loss}, _cuts(rng, n)):
-            fired += len(feed_alike(rules, frame, _state))
+        fired += len(cut_and_whole(DivergenceRule, cfg, {"loss": loss}, _cuts(rng, n)))
     assert fired > 3
 
-
-def _state(rule: DivergenceRule) -> str:
-    rule._frame_jumps()  # (computed when first read: the same value either way)
-    return repr({k: v for k, v in vars(rule).items()
-                 if k not in ("cfg", "ctx", "fast", "_cols")})

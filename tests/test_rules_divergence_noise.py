@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from test_rules_data import clean, engine_alerts, idx, of, set_loss, to_jsonl
 
-from trainwatch.rules.detectors.block_levels import SCATTER_BLOCKS, block_levels, block_scatter
+from trainwatch.rules.detectors.block_levels import SCATTER_BLOCKS, BlockLevels
 
 
 def _scatter_reference(med: list[float]) -> list[float]:
@@ -36,16 +36,13 @@ def test_block_scatter_and_levels_match_their_definitions_in_any_split(seed: int
     ref = _scatter_reference(med)
     ref_level = [float(np.median(med[max(0, k - 2):k + 1])) for k in range(len(med))]
     for cuts in ([70], [1, 69], [3, 5, 30, 32], [16, 1, 1, 52]):
-        prev, jumps, last = None, np.empty(0), []
+        levels = BlockLevels()
         got, got_level = [], []
         pos = 0
         for c in cuts:
-            part = np.asarray(med[pos:pos + c])
-            sc, jumps = block_scatter(prev, jumps, part)
-            got += sc.tolist()
-            got_level += block_levels(last, part).tolist()
-            prev = float(part[-1])
-            last = (last + part[-2:].tolist())[-2:]
+            level, sc = levels.push(med[pos:pos + c])
+            got += sc
+            got_level += level
             pos += c
         assert got == pytest.approx(ref, rel=1e-12, abs=1e-15), cuts
         assert got_level == ref_level, cuts  # (a median of three is one of them: exact)
@@ -80,10 +77,11 @@ def test_a_flat_loss_with_correlated_noise_rarely_diverges(monkeypatch) -> None:
     import trainwatch.rules.builtin.divergence as dv
     import trainwatch.rules.detectors.block_wander as bw
 
-    monkeypatch.setattr(dv, "scatter_at_list", lambda j, e: 0.0)
-    monkeypatch.setattr(dv, "scatter_of", lambda j, e: np.zeros(e.shape[0]))
-    monkeypatch.setattr(dv, "block_levels", lambda p, m: m.copy())
-    monkeypatch.setattr(dv, "level_at", lambda seq, t: seq[t])
+    class _BlockAlone:  # (the level a single block, no scatter between blocks)
+        def push(self, med: list[float]) -> tuple[list[float], list[float]]:
+            return list(med), [0.0] * len(med)
+
+    monkeypatch.setattr(dv, "BlockLevels", _BlockAlone)
     monkeypatch.setattr(bw, "wander", lambda seq: 0.0)
     assert sum(1 for d in _divergences(3000, range(12)) if d) >= 10
 
@@ -107,20 +105,3 @@ def test_a_loss_flat_at_zero_does_not_diverge() -> None:
     run["mean"][i:] = 0.0
     run["loss"][i:] = np.where(rng.random(n) < 0.1, rng.uniform(0, 0.05, n), 0.0)
     assert of(engine_alerts(to_jsonl(run)), "divergence") == []
-
-
-@pytest.mark.parametrize("seed", range(3))
-def test_scatter_at_a_block_is_block_scatters(seed: int) -> None:
-    """The rule reads the scatter at a few blocks (scatter_at_list, block by block) or several
-    (scatter_of): each value is block_scatter's for the same block, to the bit."""
-    from trainwatch.rules.detectors.block_levels import block_jumps, scatter_at_list, scatter_of
-
-    rng = np.random.default_rng(10 + seed)
-    med = 1.0 + 0.1 * rng.standard_normal(60)
-    med[7] = 0.0
-    whole, _j = block_scatter(None, np.empty(0), med)
-    jumps = block_jumps(None, med)  # (block k's own jump ends at k: none for block 0)
-    assert [scatter_at_list(jumps.tolist(), k) for k in range(60)] == whole.tolist()
-    ends = rng.integers(0, 60, 25)
-    assert scatter_of(jumps, ends).tolist() == whole[ends].tolist()
-    assert whole.tolist() == pytest.approx(_scatter_reference(med.tolist()), rel=1e-12)

@@ -111,14 +111,12 @@ def test_throughput_drop() -> None:
 
 
 @pytest.mark.parametrize("at", [70, 110, 150, 190, 230, 400])
-def test_throughput_drop_while_the_reference_fills_matches_the_block_loop(
-        at: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    # the first blocks of a segment (warm-up, the reference filling) and frames where no block
-    # can be low are taken in one step: a drop among them is found as block by block
+def test_throughput_drop_while_the_reference_fills_is_found(at: int) -> None:
+    # a drop among the first blocks of a segment (warm-up, the reference filling) is found, at
+    # the same step whole and live
     run = clean(1200, "exp", seed=at)
     run["throughput"][idx(run, at):idx(run, at + 300)] *= 0.5
     data = to_jsonl(run)
-    from trainwatch.rules.builtin.throughput_drop import ThroughputDropRule
 
     def drops(batches: list) -> list[tuple[int, str]]:
         e = RuleEngine(load_rules_config(), live=True)
@@ -126,11 +124,9 @@ def test_throughput_drop_while_the_reference_fills_matches_the_block_loop(
             e.feed(b)
         return [(a.step, a.message) for a in e.alerts if a.rule == "throughput_drop"]
 
-    feeds = [parse_all(data), parse_live(data, seed=at, max_lines=150)]
-    fast = [drops(f) for f in feeds]
-    monkeypatch.setattr(ThroughputDropRule, "fast", False)
-    assert fast == [drops(f) for f in feeds]
-    assert len(fast[0]) == 1 and at < fast[0][0][0] <= at + 60, fast
+    found = [drops(f) for f in (parse_all(data), parse_live(data, seed=at, max_lines=150))]
+    assert found[0] == found[1]
+    assert len(found[0]) == 1 and at < found[0][0][0] <= at + 60, found
 
 
 def test_throughput_drop_is_one_alert_per_episode() -> None:

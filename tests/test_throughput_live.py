@@ -1,7 +1,6 @@
-"""``throughput_drop`` on live-sized frames: a frame of finite values (above 0, for a step time)
-goes in as Python floats (the inverses taken in Python, the blocks' medians by ``sorted``),
-others through the arrays; against the rule with its fast paths off, frame by frame: the same
-alerts and the same state."""
+"""``throughput_drop`` on live-sized frames (and now and then a long one) of a series with slow
+stretches and odd values (NaN, inf, 0, negative: left out): the alerts of the series fed
+whole."""
 
 from __future__ import annotations
 
@@ -9,15 +8,10 @@ import dataclasses
 
 import numpy as np
 import pytest
-from rule_frames import fast_and_reference, feed_alike, frames_of
+from block_frames import cut_and_whole
 
 from trainwatch.rules.builtin.throughput_drop import ThroughputDropRule
 from trainwatch.rules.config.loading import load_rules_config
-
-
-def _state(rule: ThroughputDropRule) -> tuple[object, ...]:
-    return (list(rule.ref), rule.nblk, rule.low, rule.active, rule.since, rule.calm,
-            rule.calm_from, list(rule.blocks._carry))
 
 
 def _series(rng: np.random.Generator, n: int, name: str) -> np.ndarray:
@@ -36,7 +30,7 @@ def _series(rng: np.random.Generator, n: int, name: str) -> np.ndarray:
 
 
 @pytest.mark.parametrize("name", ["step_time", "throughput"])
-def test_live_frames_match_the_arrays(name: str) -> None:
+def test_live_frames_fire_as_the_whole_series(name: str) -> None:
     base = load_rules_config().rules["throughput_drop"]
     rng = np.random.default_rng([3, len(name)])
     fired = 0
@@ -49,7 +43,5 @@ def test_live_frames_match_the_arrays(name: str) -> None:
         while cuts[-1] < n:  # live reads, and now and then a long one
             cuts.append(min(n, cuts[-1] + int(rng.integers(1, 30) if rng.random() < 0.9
                                               else rng.integers(30, 300))))
-        rules = fast_and_reference(ThroughputDropRule, cfg)
-        for frame in frames_of({name: v}, cuts):
-            fired += len(feed_alike(rules, frame, _state))
+        fired += len(cut_and_whole(ThroughputDropRule, cfg, {name: v}, cuts))
     assert fired >= 20, fired

@@ -1,8 +1,10 @@
 """``overfit``: val_loss worse than its best for several evaluations while the train loss improves.
 
-The train loss is smoothed into block medians; at each evaluation the latest completed block (at
-or before that record) is the train level. The fix names the best evaluation, the step to
-early-stop at.
+Method: the median of the last 3 evaluations must stand clear of the lowest such median by
+``min_delta`` and ``noise_factor`` times the evaluations' own noise, for ``evals`` evaluations
+since the best and with an upward trend, while the train loss (its latest block median of
+``train_window`` points at or before the evaluation) has not risen. The fix names the best
+evaluation, the step to early-stop at.
 
 The rise must stand clear of the evaluations' own noise, measured on the curve up to the best
 evaluation as the scatter of log(val_loss) around a quadratic in log(step) (:func:`eval_noise`):
@@ -16,11 +18,13 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
-from trainwatch.rules.config.models import OverfitConfig
-from trainwatch.rules.detectors.blocks import Blocks, shared_blocks
+from trainwatch.rules.config.models import RuleBase
+from trainwatch.rules.config.schema import integer, num
+from trainwatch.rules.detectors.blocks import shared_blocks
 from trainwatch.rules.detectors.evals import EvalPool
 from trainwatch.rules.detectors.stats import MAD_TO_SIGMA, improving, noise_sd, small_median
 from trainwatch.rules.engine.base import (
@@ -35,21 +39,33 @@ from trainwatch.rules.engine.base import (
     rank_causes,
 )
 
+
+@dataclass(frozen=True)
+class OverfitConfig(RuleBase):
+    evals: int = integer(ge=1)
+    """Consecutive evaluations worse than the best one."""
+    min_delta: float = num(ge=0, lt=1)
+    """The median of the last 3 must be worse than the lowest such median by this fraction..."""
+    noise_factor: float = num(ge=0)
+    """...and by this many times the evaluations' own relative noise."""
+    min_evals: int = integer(ge=1)
+    """Evaluations needed before the rule may fire."""
+    train_window: int = integer(ge=2)
+    """Train-loss points per block median."""
+    train_min_delta: float = num(ge=0, lt=1)
+    """...while the train loss has not risen by more than this fraction (or 3 standard errors
+    of a window median) since the best evaluation: a rising train loss is divergence."""
+
+
+TRAIN_TOL_SE = 3.0 * 1.4142
+""""Not risen" allows for 3 standard errors of the difference of two window medians."""
+RISE_TAU = 0.35
+"""The evaluations since the best must trend up: Kendall tau of their negatives at or below
+minus this (a rise, not noise hovering above an old lucky best)."""
 _NOISE_EVALS = 24
 """Evaluations up to the best one that its noise is measured on (at most: fewer early in a run).
 Eight gave a noise estimate that itself scattered widely, and a val_loss evaluated every step
 "overfit" dozens of times on noise alone."""
-
-
-def median3(a: float, b: float, c: float) -> float:
-    """``small_median((a, b, c))`` in a few comparisons (one per evaluation: the sort and call
-    cost ~3x as much): the middle of a stable sort of the three, so the same value, the sign of a
-    zero included."""
-    if b < a:
-        a, b = b, a
-    if c < b:  # (c goes after the values equal to it, as a stable sort puts it)
-        return max(c, a)  # (the first of equal values: c)
-    return b
 
 
 def eval_noise(steps: Sequence[int], values: Sequence[float]) -> float:
@@ -93,11 +109,7 @@ class OverfitRule(Rule):
     def rewind(self) -> None:
         self.train_tol = self.cfg.train_min_delta
         """How far the train loss may have risen since the best evaluation and still count as
-        not risen (see :meth:`_train_tol`)."""
-        self._tol_of: Blocks | None = None
-        """The last frame's train blocks, whose last block's noise sets ``train_tol`` when it is
-        next read: the noise is computed at its first read (see
-        :func:`~trainwatch.rules.detectors.blocks.shared_blocks`), and most frames never read it."""
+        not risen (from the noise of the last train block)."""
         self.train_now: float | None = None
         self.n = 0
         self.vals: deque[float] = deque(maxlen=max(16, _NOISE_EVALS + 1))
@@ -110,8 +122,8 @@ class OverfitRule(Rule):
         """Lowest median of 3 consecutive evaluations so far (a noise-robust best level)."""
         self.worse = 0
         self.fired = False
-        self.noise: float | None = 0.0
-        self.at_best: tuple[tuple[int, ...], tuple[float, ...]] = ((), ())
+        self.noise = 0.0
+        """The evaluations' relative noise up to the best one."""
         self.pool = EvalPool(self.cfg.train_window)
         """Dense evaluations (a val_loss logged every step or few) are judged pooled."""
 
@@ -119,7 +131,7 @@ class OverfitRule(Rule):
         b = shared_blocks(self.ctx, frame, "loss", self.cfg.train_window)
         val = frame.role("val_loss")
         if len(b):
-            self._tol_of = b
+            self.train_tol = max(self.cfg.train_min_delta, TRAIN_TOL_SE * float(b.noise[-1]))
         if val is None or not len(val):
             if len(b):
                 self.train_now = float(b.med[-1])
@@ -143,35 +155,25 @@ class OverfitRule(Rule):
             self.train_now = float(b.med[-1])
         return hits
 
-    def _train_tol(self) -> float:
-        """``train_tol``, brought up to date with the last frame's blocks."""
-        b = self._tol_of
-        if b is not None:
-            # "not risen" allows for the noise of two window medians
-            self.train_tol = max(self.cfg.train_min_delta, 3.0 * 1.4142 * float(b.noise[-1]))
-            self._tol_of = None
-        return self.train_tol
-
     def _eval(self, frame: Frame, val: Points, i: int, v: float, pos: int, step: int) -> Hit | None:
         cfg: OverfitConfig = self.cfg
         self.n += 1
         vals = self.vals
         vals.append(v)
         self.steps.append(step)
-        m = median3(vals[-3], vals[-2], v) if len(vals) >= 3 else small_median(vals)
+        m = small_median((vals[-3], vals[-2], v) if len(vals) >= 3 else vals)
         if self.best_m is None or m < self.best_m:
             self.best_m = m
         if self.best is None or v < self.best:
             self.best, self.best_step, self.train_at_best = v, step, self.train_now
             self.worse = 0
             self.fired = False
-            self.noise = None
             return None
         if not self.worse:
             # the evaluations' noise comes from the curve up to the best one (a rise after it
             # must not inflate the very noise it is compared with): the evaluations before this
-            # one, kept now (not at every new best) and fitted when a decision needs it
-            self.at_best = tuple(self.steps)[:-1], tuple(self.vals)[-_NOISE_EVALS - 1:-1]
+            # one, fitted at the first evaluation after it
+            self.noise = eval_noise(tuple(self.steps)[:-1], tuple(self.vals)[-_NOISE_EVALS - 1:-1])
         self.worse += 1
         t0, t1 = self.train_at_best, self.train_now
         # the median of the last 3 must stand clear of the lowest such median so far by more
@@ -185,18 +187,16 @@ class OverfitRule(Rule):
             or m < bm + cfg.min_delta * abs(bm)
             or t0 is None
             or t1 is None
-            or t1 > t0 + self._train_tol() * abs(t0)
+            or t1 > t0 + self.train_tol * abs(t0)
         ):
             return None
-        if self.noise is None:
-            self.noise = eval_noise(*self.at_best)
         delta = max(cfg.min_delta, cfg.noise_factor * self.noise)
         if m < bm + delta * abs(bm):
             return None
         # and a rise, not noise hovering above an old lucky best: the evaluations since the best
         # trend up
         since = [-x for x in list(self.vals)[-min(self.worse + 1, len(self.vals)):]]
-        if not improving(since, 0.35, 0.0):
+        if not improving(since, RISE_TAU, 0.0):
             return None
         self.fired = True
         self.ctx.log(self.id).add(pos, step)

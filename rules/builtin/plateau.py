@@ -1,67 +1,116 @@
 """``plateau``: the smoothed train loss (or val_loss) stops improving.
 
-The loss is smoothed into block medians of ``window`` points (shared with other rules, see
-:func:`~trainwatch.rules.detectors.blocks.shared_blocks`). The patience restarts when a block beats the
-level of the last restart by ``min_delta`` (raised to ``noise_factor`` standard errors of a block median for noisy
-losses); after ``patience`` windows without that, the rule fires unless the loss still trends down
-slowly (Kendall tau and a Theil-Sen drop since the best). The diagnosis
-(:mod:`~trainwatch.rules.builtin.plateau_alert`) reads the LR (at its floor: the schedule is over, a note)
-and the grad norm (healthy: LR too low; tiny: vanishing).
-Evaluations get the same treatment with ``val_patience``. Once fired, the rule re-arms only after
-the loss goes clearly below its level then (``rearm_delta``, or the alert's noise margin if more):
-one plateau, one alert. Runs of quiet blocks are taken in one vectorised step; the per-block loop
-is the reference. A frame too short for the patience to run out in it has its blocks taken at the
-next frame (a short file checked whole is one frame: never).
+Method: the loss is smoothed into block medians of ``window`` points, and the patience restarts
+when a block beats the best by ``min_delta`` (raised to ``noise_factor`` standard errors of a
+block median, for noisy losses) or the level (the median of three blocks) beats the level at the
+last restart by as much; after ``patience`` windows without either, the rule fires unless the
+loss still trends down slowly (Kendall tau and a Theil-Sen drop since the best).
+
+The alert reads the LR (at its floor: the schedule is over, a note) and the grad norm (healthy:
+the LR is too low; tiny: vanishing). Evaluations get the same treatment counted in evaluations
+(``val_patience``, as keras' EarlyStopping). Once fired, the rule re-arms only after the loss goes
+clearly below its level then (``rearm_delta``, or the alert's noise margin if more): one plateau,
+one alert.
 """
 
 from __future__ import annotations
 
 import math
-from bisect import bisect_left
 from collections import deque
+from dataclasses import dataclass
 
 import numpy as np
 
-from trainwatch.rules.builtin.plateau_alert import PlateauAlert
-from trainwatch.rules.config.models import PlateauConfig
-from trainwatch.rules.detectors.blocks import Blocks, LossBlockRule, shared_blocks
+from trainwatch.rules.config.models import RuleBase
+from trainwatch.rules.config.schema import integer, num, severity
+from trainwatch.rules.detectors.blocks import Blocks, shared_blocks
 from trainwatch.rules.detectors.evals import EvalPool
-from trainwatch.rules.detectors.lr_peak import LrPeak
-from trainwatch.rules.detectors.stats import improving, noise_sd, small_median
-from trainwatch.rules.engine.base import Context, Frame, Hit, Points
+from trainwatch.rules.detectors.stats import improving, median, noise_sd, small_median
+from trainwatch.rules.engine.alert import Cause
+from trainwatch.rules.engine.base import Context, Frame, Hit, Points, Rule, fmt, fmt3, pct, r6
 
-_LEVEL_DIFF = math.sqrt(1.0 + 0.449)
+
+@dataclass(frozen=True)
+class PlateauConfig(RuleBase):
+    window: int = integer(ge=2)
+    """Train-loss points per smoothing window (one rolling-median value per window)."""
+    patience: int = integer(ge=1)
+    """Windows without an improvement of at least ``min_delta`` before the rule fires..."""
+    patience_fraction: float = num(ge=0, lt=1)
+    """...or this fraction of the windows seen so far, if more (progress slows as runs go on)."""
+    min_delta: float = num(ge=0, lt=1)
+    """Relative improvement that restarts the patience (as ReduceLROnPlateau's threshold): of a
+    window on the best window so far, or of the smoothed level (the median of the last three
+    windows) on the level at the last restart, so a slow improvement adds up."""
+    noise_factor: float = num(ge=0)
+    """The bar is raised to this many standard errors of a window median (noisy losses)."""
+    warmup_windows: int = integer(ge=1)
+    improving_tau: float = num(gt=0, le=1)
+    """A loss whose Kendall tau against time since its best is at or below minus this, and whose
+    Theil-Sen drop over that span is at least half of ``min_delta``, is still improving."""
+    rearm_delta: float = num(gt=0, lt=1)
+    """After firing, the rule re-arms once the loss is this fraction (or the alert's noise
+    margin, if more) below its best then: one plateau, one alert."""
+    val_patience: int = integer(ge=1)
+    """Evaluations without an improvement of at least ``val_min_delta``."""
+    val_min_delta: float = num(ge=0, lt=1)
+    lr_floor_ratio: float = num(gt=0, lt=1)
+    """LR at or below this fraction of its peak: the schedule is exhausted (expected; info)."""
+    floor_severity: str = severity()
+    grad_low: float = num(ge=0)
+    """Grad norm below this reads as vanishing gradients."""
+    grad_high: float = num(gt=0)
+    """Grad norm up to this (and above ``grad_low``) reads as healthy: the LR is too low."""
+
+
+LEVEL_DIFF = math.sqrt(1.0 + 0.449)
 """Standard error of a level (the median of 3 block medians: variance 0.449 of one for normal
 data) minus the reference block, in standard errors of one block median."""
-_TREND_WINDOWS = 400
-"""Most window medians the plateau's trend test looks back over."""
+TREND_WINDOWS = 400
+"""Most window medians the trend test looks back over (its cost grows with the square)."""
+RETEST = 4
+"""Past the patience, the trend test is run again every max(RETEST, patience / RETEST) blocks
+(every max(RETEST, val_patience / 2) evaluations): a Theil-Sen fit is not run at every block."""
+VAL_NOISE_EVERY = 4
+"""The evaluations' noise is refreshed every this many evaluations."""
+VAL_NOISE_EVALS = 16
+"""Fewest evaluations the evaluations' noise and trend are read over."""
+NOISY_SPREAD = 0.05
+"""A train loss whose points scatter more than this (relative, robust) around their level is
+noisy: at a plateau an LR too high to settle near the minimum is then as likely as one too low."""
+SPREAD_POINTS = 200
+"""Train-loss points the robust spread is taken over (fewer than 20: no spread)."""
+GRAD_POINTS = 50
+"""Grad-norm points whose median the diagnosis reads."""
+_CAPACITY = Cause("the model's capacity or the data limit this loss", 0.3)
 
-def first_check(wait: int, news: list[int], n: int, patience: int, every: int) -> int:
-    """The first of ``n`` blocks at which a constant ``patience`` runs out (the wait reaches it,
-    or a multiple of ``every`` past it: the trend test's repeats), ``n`` if none. ``wait`` is the
-    wait before the first block; ``news`` the blocks that are new bests (their wait is 0, and
-    the next block's 1). As the vectorised step's check on arrays of waits, in a few Python
-    operations per new best."""
-    start, w = 0, wait + 1
-    for s in news + [n]:
-        # the blocks start .. s - 1 wait w, w + 1, ...
-        t = start + (patience - w if w <= patience else (patience - w) % every)
-        if t < s:
-            return t
-        start, w = s + 1, 1
-    return n
+
+class LrPeak:
+    """The highest finite LR seen so far, at or before a record."""
+
+    def __init__(self) -> None:
+        self.peak = 0.0
+        """Over the frames before the one being read."""
+
+    def at(self, frame: Frame, pos: int) -> float:
+        fin = _lr(frame)
+        k = int(fin.pos.searchsorted(pos, side="right")) if fin is not None else 0
+        return max(self.peak, float(fin.values[:k].max())) if k else self.peak  # type: ignore[union-attr]
+
+    def end_frame(self, frame: Frame) -> None:
+        fin = _lr(frame)
+        if fin is not None and len(fin):
+            self.peak = max(self.peak, float(fin.values.max()))
 
 
-class PlateauRule(LossBlockRule, PlateauAlert):
+def _lr(frame: Frame) -> Points | None:
+    pts = frame.role("lr")
+    return pts.finite() if pts is not None and len(pts) else None
+
+
+class PlateauRule(Rule):
     id = "plateau"
     roles_read = ("loss", "val_loss", "lr")
-    min_fast = 32
-    """(Twice the default: the vectorised step costs ~40 us, twice the others', and a block one by
-    one ~1.2 us; on the bench's short runs 16 cost ~20 % more than no vectorised step at all.)"""
-    lazy_spread = True
-    """A block one by one reads the noise level only where a value clears a bar of ``min_delta``
-    alone (the noise only raises the bars) or the rule fires: a live watch's blocks, most of them
-    no clear improvement, then never compute it (see :meth:`_noise_at`)."""
 
     def __init__(self, cfg: PlateauConfig, ctx: Context) -> None:
         super().__init__(cfg, ctx)
@@ -70,14 +119,13 @@ class PlateauRule(LossBlockRule, PlateauAlert):
 
     def rewind(self) -> None:
         cfg: PlateauConfig = self.cfg
-        self._rewind_blocks()
-        self._cols: list[float] | None = None
-        """The noise levels of the frame's blocks as Python floats, made at the first read by a
-        block taken one by one (see :meth:`_noise_at`)."""
-        self._deferred: tuple[Frame, Blocks] | None = None
-        """A frame whose train blocks cannot fire, taken at the next frame (see update)."""
-        self.recent: deque[float] = deque(maxlen=_TREND_WINDOWS)
-        """The last window medians (for the trend test over twice the patience)."""
+        self.nblk = 0
+        """Blocks seen in this segment."""
+        self.best: float | None = None
+        self.best_step = 0
+        """The lowest block median so far."""
+        self.recent: deque[float] = deque(maxlen=TREND_WINDOWS)
+        """The last window medians (for the trend test)."""
         self.fired = 0
         """Plateau alerts in this segment (repeats are notes: the user has been told)."""
         self.ref, self.ref_step = math.nan, 0
@@ -89,18 +137,14 @@ class PlateauRule(LossBlockRule, PlateauAlert):
         self.prev = (math.nan, math.nan)
         """The two block medians before the next one (NaN before they came)."""
         self.rearm_below: float | None = None
-        """After an alert, the level a block must go below to re-arm the rule: the best then,
-        lowered by ``rearm_delta`` or the margin the alert used, whichever is more (the noise of
-        a flat loss alone re-armed it at 5 %, and the same plateau was reported again)."""
+        """After an alert, the level a block must go below to re-arm the rule."""
         self.first: tuple[int, int | None] | None = None
         """Records where the first train-loss alert fired and where the rule re-armed after it
-        (None: not yet). The evaluations of a frame are taken after its train blocks: they ask
-        this rather than the state, which may be that of a later record."""
-        self.v_recent: deque[float] = deque(maxlen=max(cfg.val_patience, 16))
+        (None: not yet): the evaluations of a frame, taken after its blocks, ask this."""
+        self.v_recent: deque[float] = deque(maxlen=max(cfg.val_patience, VAL_NOISE_EVALS))
         self.v_pool = EvalPool(cfg.window)
         """Dense evaluations (a val_loss logged every step or few) are judged pooled."""
-        self._v_noise: float | tuple[float, ...] = 0.0
-        """The evaluations' noise, or the evaluations it is to be computed from (when needed)."""
+        self.v_noise = 0.0
         self.v_count = 0
         self.v_best: float | None = None
         self.v_best_step = 0
@@ -108,135 +152,24 @@ class PlateauRule(LossBlockRule, PlateauAlert):
         self.v_rearm_below: float | None = None
 
     def update(self, frame: Frame) -> list[Hit]:
-        hits = self._settle_train()
+        hits: list[Hit] = []
         b = shared_blocks(self.ctx, frame, "loss", self.cfg.window)
-        if len(b):
-            if self.fast and self.rearm_below is None and self.wait + len(b) < self.cfg.patience:
-                # no block of this frame can fire (each adds at most 1 to the wait, and the
-                # patience is at least cfg.patience) or re-arm (none is armed): its blocks only
-                # move the state, which nothing reads before the next frame's blocks. They are
-                # taken then, and never on a short file checked whole (one frame).
-                self._deferred = (frame, b)
-            else:
-                self._start_frame(b)
-                hits += self._drive(frame, b)
+        for i, (med, noise, step) in enumerate(zip(b.med.tolist(), b.noise.tolist(),
+                                                   b.step.tolist())):
+            hit = self._block(frame, b, i, med, noise, step)
+            if hit is not None:
+                hits.append(hit)
         val = frame.role("val_loss")
         if val is not None and len(val):
             hits.extend(self._val(frame, val.finite()))
         self.lr.end_frame(frame)
         return hits
 
-    def _settle_train(self) -> list[Hit]:
-        """Take the deferred frame's blocks (none of them fires: the list is empty)."""
-        if self._deferred is None:
-            return []
-        frame, b = self._deferred
-        self._deferred = None
-        self._start_frame(b)
-        return self._drive(frame, b)
-
-    def _start_frame(self, b: Blocks) -> None:
-        self._cols = None
-
-    def _noise_at(self, b: Blocks, i: int) -> float:
-        """The noise level of block ``i`` of the frame being driven."""
-        cols = self._cols
-        if cols is None:
-            cols = self._cols = b.noise.tolist()
-        return cols[i]
-
     def _rearm_level(self, best: float, delta: float) -> float:
         return best - max(self.cfg.rearm_delta, delta) * abs(best)
 
-    def _ready(self) -> bool:
-        return super()._ready() and not math.isnan(self.prev[0])
-
-    def _quiet_prefix(self, b: Blocks, i: int, j: int) -> int:
-        """Take in one step the blocks from ``i`` on (before ``j``) that cannot fire or re-arm
-        (the common case): the same state changes as :meth:`_block`, vectorised, slow
-        improvements that restart the patience included. Returns how many were taken."""
-        cfg: PlateauConfig = self.cfg
-        med = b.med[i:j]
-        n = med.shape[0]
-        noise = b.noise[i:j]
-        bprev = np.minimum.accumulate(np.concatenate(([self.best], med)))[:-1]
-        improved = med < bprev - np.maximum(cfg.min_delta, cfg.noise_factor * noise) * np.abs(bprev)
-        news = improved.nonzero()[0].tolist()  # (the new bests: few)
-        # the reference each block's level is compared with, if no slow improvement restarted
-        # the patience: the last new best before it (each is below all before it, so the lowest
-        # of them). A restart sets it to the level, below the reference then: the reference is
-        # the lowest of the new bests and the restarts' levels before the block.
-        ref = np.minimum.accumulate(np.concatenate(((self.ref,), np.where(improved, med, np.inf))))
-        ref = ref[:-1]
-        p1, p2 = self.prev
-        a = np.concatenate(((p1, p2), med[:-1]))[:n]
-        c = np.concatenate(((p2,), med[:-1]))
-        level = np.maximum(np.minimum(a, c), np.minimum(np.maximum(a, c), med))
-        # (the product in :meth:`_block`'s order: the same bar, to the last bit)
-        delta = np.maximum(cfg.min_delta, (_LEVEL_DIFF * cfg.noise_factor) * noise)
-        # blocks that may restart the patience: the level below the bar of the new bests alone
-        # (a restart only lowers the reference, and the bar with it: a superset), ...
-        maybe = level < ref - delta * np.abs(ref)
-        maybe &= ~improved
-        rearm = self.rearm_below
-        if rearm is None and cfg.patience_fraction * (self.nblk + n) < cfg.patience + 1:
-            # the patience a scalar (the common case): the first check found from the new bests
-            k = first_check(self.wait, news, n, cfg.patience, max(4, cfg.patience // 4))
-        else:
-            if rearm is None:
-                idx = np.arange(n)
-                last = np.maximum.accumulate(np.where(improved, idx, -1))
-                patience = np.maximum(cfg.patience, (cfg.patience_fraction * (
-                    self.nblk + idx + 1)).astype(np.int64))
-                every = np.maximum(4, patience // 4)
-                wait = np.where(last >= 0, idx - last, self.wait + idx + 1)
-                # past the patience, only every max(4, patience/4)-th block runs the trend test
-                stop = (wait >= patience) & ((wait - patience) % every == 0)
-                stop &= ~improved
-            else:
-                stop = med < rearm
-            hit = stop.nonzero()[0]
-            k = int(hit[0]) if hit.shape[0] else n
-        # ... each checked in order as :meth:`_block` does, up to the first stop (a restart there
-        # takes its place: its patience check does not run). After a restart at t no patience can
-        # run out before t + patience: the step goes on to there (it may stop early, never late).
-        restart, level_r = -1, math.inf
-        cands = maybe.nonzero()[0].tolist()
-        if cands and cands[0] <= k:
-            medl, al, cl, refl = med.tolist(), a.tolist(), c.tolist(), ref.tolist()
-            deltal = delta.tolist()  # (:meth:`_block`'s margin, to the bit: computed above)
-            for t in cands:
-                if t > k or (t == k and rearm is not None):
-                    break
-                r = min(refl[t], level_r)
-                x = medl[t]
-                bar = r - deltal[t] * abs(r)
-                if x < bar and (al[t] < bar or cl[t] < bar):
-                    restart, level_r = t, small_median((al[t], cl[t], x))
-                    if rearm is None:
-                        k = min(n, t + cfg.patience)
-        if k:
-            self.recent.extend(med[:k].tolist())
-            self.nblk += k
-            self._note_best_of(b, i, med[:k])
-            li = news[bisect_left(news, k) - 1] if news and news[0] < k else -1  # (last new best)
-            event = max(li, restart)
-            self.wait = k - 1 - event if event >= 0 else self.wait + k
-            self.since_best = k - 1 - li if li >= 0 else self.since_best + k
-            if restart > li:
-                self.ref, self.ref_step = level_r, int(b.step[i + restart])
-            elif li >= 0:
-                self.ref, self.ref_step = float(med[li]), int(b.step[i + li])
-            self.prev = (p2, float(med[0])) if k == 1 else (float(med[k - 2]), float(med[k - 1]))
-        return k
-
-    def _block(self, frame: Frame, b: Blocks, i: int, med: float, noise: float | None,
+    def _block(self, frame: Frame, b: Blocks, i: int, med: float, noise: float,
                step: int) -> Hit | None:
-        """One block of the train loss, the reference (``noise`` None: read where it is needed).
-
-        The noise only raises a bar above ``min_delta``'s (``max(min_delta, ...)``, times the
-        same non-negative scale, subtracted from the same value: rounding keeps the order), so a
-        value that does not clear ``min_delta``'s bar clears no bar, and its noise is not read."""
         cfg: PlateauConfig = self.cfg
         self.nblk += 1
         self.recent.append(med)
@@ -247,12 +180,9 @@ class PlateauRule(LossBlockRule, PlateauAlert):
         p1, p2 = self.prev
         self.prev = (p2, med)
         best = self.best
-        if noise is None and best is not None and med < best - cfg.min_delta * abs(best):
-            noise = self._noise_at(b, i)
         # a clear improvement on the best so far restarts the patience
-        if best is None or (noise is not None and med < best - max(
-                cfg.min_delta, cfg.noise_factor * noise) * abs(best)):
-            self.best, self.best_step = med, step  # (= _note_best: this rule has no _new_best)
+        if best is None or med < best - max(cfg.min_delta, cfg.noise_factor * noise) * abs(best):
+            self.best, self.best_step = med, step
             self.wait = self.since_best = 0
             self.ref, self.ref_step = med, step
             return None
@@ -261,18 +191,14 @@ class PlateauRule(LossBlockRule, PlateauAlert):
             self.best, self.best_step = med, step
         # so does a slow one that adds up: the level (the median of this block and the two
         # before, so one lucky block does not count) clearly below the reference, the loss at
-        # the last restart (as ReduceLROnPlateau's ``best``). The lowest block alone moves down
-        # with the progress and the noise: a loss 60 % lower than its reference was reported as
-        # "not improved". The bar allows for the noise of the two values compared. (A median of
+        # the last restart (as ReduceLROnPlateau's ``best``; the lowest block alone moves down
+        # with the noise). The bar allows for the noise of the two values compared. (A median of
         # three is below a bar when two of them are; p1 is NaN for the first two blocks.)
         ref = self.ref
-        if noise is None and med < ref - cfg.min_delta * abs(ref):
-            noise = self._noise_at(b, i)
-        if noise is not None:
-            bar = ref - max(cfg.min_delta, _LEVEL_DIFF * cfg.noise_factor * noise) * abs(ref)
-            if med < bar and (p1 < bar or p2 < bar) and not math.isnan(p1):
-                self.ref, self.ref_step, self.wait = small_median((p1, p2, med)), step, 0
-                return None
+        bar = ref - max(cfg.min_delta, LEVEL_DIFF * cfg.noise_factor * noise) * abs(ref)
+        if med < bar and (p1 < bar or p2 < bar) and not math.isnan(p1):
+            self.ref, self.ref_step, self.wait = small_median((p1, p2, med)), step, 0
+            return None
         if self.nblk <= cfg.warmup_windows:
             return None
         self.wait += 1
@@ -283,27 +209,22 @@ class PlateauRule(LossBlockRule, PlateauAlert):
         if self.ref == 0.0:
             # a smoothed loss at exactly 0 (more than half its points 0: a hinge or detection
             # loss on easy batches, or a zero-loss bug, learning_stalled's story) cannot improve
-            # by any fraction of its level, and its median hides what its non-zero values do:
-            # "not improved by 1 % of 0" says nothing
+            # by any fraction of its level: "not improved by 1 % of 0" says nothing
             return None
-        # a slow, steady improvement since the reference is not a plateau (re-tested every
-        # patience/4 windows while it lasts: the test costs a Theil-Sen fit)
-        if (self.wait - patience) % max(4, patience // 4):
+        if (self.wait - patience) % max(RETEST, patience // RETEST):
             return None
-        # (over the blocks since the last new best, up to twice the patience, even when the
-        # level restarted the patience within them: on a noisy loss a trend needs length to show)
-        back = list(self.recent)[-min(self.since_best, 2 * patience, _TREND_WINDOWS):]
+        # a slow, steady improvement since the best is not a plateau (over the blocks since the
+        # last new best, up to twice the patience: on a noisy loss a trend needs length to show)
+        back = list(self.recent)[-min(self.since_best, 2 * patience, TREND_WINDOWS):]
         if improving(back, cfg.improving_tau, cfg.min_delta / 2):
             return None
-        if noise is None:
-            noise = self._noise_at(b, i)
         delta = max(cfg.min_delta, cfg.noise_factor * noise)
         self.rearm_below = self._rearm_level(min(self.best, med), delta)  # type: ignore[type-var]
         self.fired += 1
         if self.fired == 1:
             self.first = (int(b.pos[i]), None)
         # (the message compares the reference with now: it names that comparison's margin)
-        margin = max(cfg.min_delta, _LEVEL_DIFF * cfg.noise_factor * noise)
+        margin = max(cfg.min_delta, LEVEL_DIFF * cfg.noise_factor * noise)
         return self._fire(frame, int(b.pos[i]), step, float(b.time[i]), "train", med,
                           self.ref, self.ref_step, margin, self.wait * cfg.window,
                           "info" if self.fired > 1 else None)
@@ -312,57 +233,117 @@ class PlateauRule(LossBlockRule, PlateauAlert):
         cfg: PlateauConfig = self.cfg
         hits: list[Hit] = []
         recent = self.v_recent
-        patience, min_delta = cfg.val_patience, cfg.val_min_delta
-        every = max(4, patience // 2)
-        # (the state in locals through the loop, written back after it: a long file has an
-        # evaluation every few hundred points, each one a few attribute writes otherwise)
-        count, best, best_step = self.v_count, self.v_best, self.v_best_step
-        wait, rearm = self.v_wait, self.v_rearm_below
+        patience = cfg.val_patience
         poss = pts.pos.tolist()
         for i, x, step in self.v_pool.judged(pts.values.tolist(), pts.steps.tolist()):
             pos = poss[i]
             recent.append(x)
-            count += 1
-            if count % 4 == 1:  # the noise estimate is refreshed every 4 evaluations
-                self._v_noise = tuple(recent)  # (computed if a decision needs it)
-            if rearm is not None and x < rearm:
-                rearm = None
-            # the margin only matters below the best (it is >= 0), and its noise term only when
-            # the value clears the bar of min_delta alone (the margin is at least that): computed
-            # there, not at every evaluation
-            if best is None or (x < best - min_delta * abs(best)
-                                and x < best - self._val_delta() * abs(best)):
-                best, best_step, wait = x, step, 0
+            self.v_count += 1
+            if self.v_count % VAL_NOISE_EVERY == 1:
+                self.v_noise = noise_sd(tuple(recent))
+            if self.v_rearm_below is not None and x < self.v_rearm_below:
+                self.v_rearm_below = None
+            best = self.v_best
+            if best is None or x < best - self._val_delta() * abs(best):
+                self.v_best, self.v_best_step, self.v_wait = x, step, 0
                 continue
             if x < best:
-                best, best_step = x, step
-            wait += 1
-            if wait < patience or rearm is not None:
+                self.v_best, self.v_best_step = x, step
+            self.v_wait += 1
+            wait = self.v_wait
+            if wait < patience or self.v_rearm_below is not None:
                 continue
-            if (wait - patience) % every:
+            if (wait - patience) % max(RETEST, patience // 2):
                 continue  # the trend test is repeated every few evaluations, not each one
-            last = list(recent)[-min(wait, recent.maxlen or 0):]
-            if improving(last, cfg.improving_tau, min_delta / 2):
+            if improving(list(recent)[-min(wait, recent.maxlen or 0):], cfg.improving_tau,
+                         cfg.val_min_delta / 2):
                 continue
-            rearm = self._rearm_level(min(best, x), self._val_delta())
+            self.v_rearm_below = self._rearm_level(min(self.v_best, x), self._val_delta())  # type: ignore[type-var]
             over = self.ctx.log("overfit").last(pos)
-            if over is not None and over >= best_step:
+            if over is not None and over >= self.v_best_step:
                 continue  # overfit has reported this already, with the better diagnosis
             # val alone stalling while the train loss improves is a generalisation gap (a note);
             # with the train loss stalled too it is a plateau
             first = self.first
             train_stalled = first is not None and first[0] <= pos and (
                 first[1] is None or pos < first[1])
-            hits.append(self._fire(frame, pos, step, float(pts.times[i]), "val", x, best,
-                                   best_step, self._val_delta(), wait,
+            hits.append(self._fire(frame, pos, step, float(pts.times[i]), "val", x,
+                                   self.v_best, self.v_best_step, self._val_delta(), wait,  # type: ignore[arg-type]
                                    None if train_stalled else "info"))
-        self.v_count, self.v_best, self.v_best_step = count, best, best_step
-        self.v_wait, self.v_rearm_below = wait, rearm
         return hits
 
     def _val_delta(self) -> float:
         """The margin a new best evaluation must beat the old by."""
+        return max(self.cfg.val_min_delta, self.cfg.noise_factor * self.v_noise)
+
+    # ------------------------------------------------------------------ the alert
+    def _spread(self, pos: int) -> float:
+        """Relative robust spread (1.4826 MAD / |median|) of the last train-loss points."""
+        _s, v = self.ctx.recent("loss", pos, SPREAD_POINTS)
+        if v.shape[0] < 20:
+            return 0.0
+        m = median(v)
+        return 1.4826 * median(np.abs(v - m)) / abs(m) if m else 0.0
+
+    def _fire(self, frame: Frame, pos: int, step: int, time: float, which: str, now: float,
+              best: float, best_step: int, delta: float, span: int,
+              severity_override: str | None = None) -> Hit:
+        """The alert: the LR (at its floor: the schedule is over), the grad norm (healthy: the
+        LR is too low; tiny: vanishing; large: noisy updates) and the train loss's scatter
+        (noisy: an LR too high to settle is as likely as one too low), ranked into causes."""
         cfg: PlateauConfig = self.cfg
-        if not isinstance(self._v_noise, float):
-            self._v_noise = noise_sd(self._v_noise)
-        return max(cfg.val_min_delta, cfg.noise_factor * self._v_noise)
+        lr = self.ctx.latest("lr", pos)
+        peak = self.lr.at(frame, pos)
+        _gs, gv = self.ctx.recent("grad_norm", pos, GRAD_POINTS)
+        g = small_median(gv.tolist()) if gv.shape[0] else None
+        severity = severity_override or cfg.severity
+        causes: list[Cause] = []  # (in ranked order: confidence never rises down the list)
+        fixes: list[str] = []
+        at_floor = lr is not None and peak > 0 and lr <= cfg.lr_floor_ratio * peak
+        spread = self._spread(pos) if which == "train" else None
+        if at_floor:
+            severity = cfg.floor_severity
+            causes.append(Cause((f"the LR is at its floor ({fmt(lr)}, peak {fmt(peak)}): the "
+                                 "schedule is exhausted and the run has converged for it"), 0.8))
+            fixes.append("Stop here, or continue with a new schedule (a higher LR) if the "
+                         "loss should go lower")
+        if g is not None and g < cfg.grad_low:
+            causes.append(Cause(f"vanishing gradients: the grad norm is only {fmt(g)}", 0.7))
+            fixes.append("Check for saturated activations and missing normalisation or "
+                         "residual connections")
+        elif g is not None and g <= cfg.grad_high and not at_floor:
+            noisy = spread is not None and spread > NOISY_SPREAD
+            if noisy:
+                causes.append(Cause((f"a noisy loss: its points scatter {pct(spread)} around "  # type: ignore[arg-type]
+                                     "their level; the LR may be too high to settle near the "
+                                     "minimum, or the batch too small"), 0.5))
+                fixes.append("Lower the LR 2-10x (or decay it sooner), or raise the batch size "
+                             "(gradient accumulation)")
+            causes.append(Cause((f"the learning rate is too low: the grad norm is healthy "
+                                 f"({fmt(g)}) but updates are too small"), 0.5 if noisy else 0.7))
+            fixes.append("Raise the learning rate 2-10x (or use an LR range test)")
+        elif g is not None and g > cfg.grad_high:
+            causes.append(Cause((f"noisy updates: the grad norm is large ({fmt(g)}), the LR may "
+                                 "be too high to settle or the batch too small"), 0.5))
+            fixes.append("Lower the LR or raise the batch size")
+        causes.append(_CAPACITY)
+        fixes.append("ReduceLROnPlateau-style: lower the LR 10x when this fires (if not at "
+                     "the floor), or stop early")
+        if which == "val":
+            metric, unit = frame.roles.get("val_loss"), "evaluations"
+            message = (f"val_loss has not improved by {pct(delta)} in {span} evaluations "
+                       f"({fmt3(best)} at step {best_step}, {fmt3(now)} now).")
+        else:
+            metric, unit = frame.roles.get("loss"), "points"
+            message = (f"The loss has not improved by {pct(delta)} in {fmt(span)} points "
+                       f"(smoothed: {fmt3(best)} at step {best_step}, {fmt3(now)} now).")
+        evidence = {
+            "reference": r6(best), "reference_step": best_step, "now": r6(now),
+            "min_delta": r6(delta),
+            f"no_improvement_{unit}": span, "lr": r6(lr) if lr is not None else None,
+            "lr_peak": r6(peak), "grad_norm_median": r6(g) if g is not None else None,
+        }
+        if spread is not None:
+            evidence["loss_spread"] = r6(spread)
+        return self.alert(pos=pos, severity=severity, step=step, time=time, metric=metric,
+                          message=message, evidence=evidence, causes=tuple(causes), fixes=fixes)

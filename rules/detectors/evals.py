@@ -55,14 +55,8 @@ class EvalPool:
 
     def judged(self, values: list[float], steps: list[int]) -> Iterator[tuple[int, float, int]]:
         """Each evaluation of a frame to judge now, as (index of the evaluation that makes it,
-        value, step): :meth:`push` for each while they may be dense, and once they are known
-        sparse each one as it is, with no call per evaluation."""
-        sparse = self.dense is False
+        value, step)."""
         for i, (value, step) in enumerate(zip(values, steps)):
-            if not sparse:
-                out = self.push(value, step)  # dense evaluations are judged pooled
-                if out is None:
-                    continue
-                value, step = out
-                sparse = self.dense is False
-            yield i, value, step
+            out = self.push(value, step)
+            if out is not None:
+                yield i, out[0], out[1]

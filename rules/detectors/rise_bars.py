@@ -1,18 +1,17 @@
 """The bars a block of ``divergence`` must pass above the best: what the relative rise multiplies
-(:func:`bar_scale`) and the error bar's rise (:func:`error_rise`).
+(:func:`bar_scale`) and the error bar's rise (:func:`error_rise`, :func:`run_error`).
 
-Pure functions of a block's numbers and the config: apart from the rule (:mod:`~trainwatch.rules.
-divergence`), which reads them at every block that may rise and in its vectorised step alike
-(:func:`bar_scales` there, on columns), and tested against them without a rule.
+Pure functions of a block's numbers and the config, apart from the rule
+(:mod:`~trainwatch.rules.builtin.divergence`) and tested without it.
 """
 
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
-import numpy as np
-
-from trainwatch.rules.config.models import DivergenceConfig
+if TYPE_CHECKING:
+    from trainwatch.rules.builtin.divergence import DivergenceConfig
 
 MAD_SCALE = 1.4826
 """A MAD times this is the standard deviation of normal data."""
@@ -41,13 +40,6 @@ def bar_scale(best: float, mad: float, med: float) -> float:
     if multiplies(best, mad, med):
         mad = mad * best / med
     return max(abs(best), MAD_SCALE * mad)
-
-
-def bar_scales(best: np.ndarray, mad: np.ndarray, med: np.ndarray) -> np.ndarray:
-    """:func:`bar_scale` on columns (the same operations: the same values)."""
-    back = (best > 0.0) & (best < med) & (mad <= med)
-    mad = np.where(back, mad * best / np.where(back, med, 1.0), mad)
-    return np.maximum(np.abs(best), MAD_SCALE * mad)
 
 
 def noise_rise(q: float, mult: bool) -> float:
