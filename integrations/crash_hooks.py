@@ -66,7 +66,9 @@ def unwatch(run: Crashable) -> None:
         _watched.pop(run, None)
 
 
-def _end_runs_of(ident: int | None, exc_type: type[BaseException], exc: BaseException | None) -> None:
+def _end_runs_of(
+    ident: int | None, exc_type: type[BaseException], exc: BaseException | None
+) -> None:
     with _lock:
         runs = [run for run, started_in in _watched.items() if started_in == ident]
     for run in runs:

@@ -81,9 +81,11 @@ class TrainwatchCallback(EndsOnException, keras.callbacks.Callback):
         """The optimizer's current learning rate (a schedule's value at this step), if any."""
         optimizer = getattr(self.model, "optimizer", None)
         with suppress(Exception):  # no optimizer, a custom one, a rate that is not a number
-            # float() of the variable (or of a schedule's tensor) works on every backend;
+            # a Variable (before Keras 3.1 without __float__: its .value is the backend's
+            # tensor), or a schedule's tensor; float() of a tensor works on every backend, while
             # ops.convert_to_numpy costs a DeprecationWarning per call on torch with numpy 2
-            return float(optimizer.learning_rate)
+            lr = optimizer.learning_rate
+            return float(getattr(lr, "value", lr))
         return None
 
     def _config(self) -> dict[str, Any]:

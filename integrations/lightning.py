@@ -7,8 +7,8 @@ Lightning's ``CSVLogger`` flushes every 100 steps; this logger writes each ``log
 calls it is the Trainer's ``log_every_n_steps`` (50 by default).
 
 * ``run_start`` when a stage starts: at ``log_hyperparams`` (the hyperparameters are the config,
-  as in Lightning's ``hparams.yaml``), else at Lightning's first ``save()`` or ``log_metrics``. Hyperparameters logged after
-  that are an ``hparams`` event.
+  as in Lightning's ``hparams.yaml``), else at Lightning's first ``save()`` or ``log_metrics``.
+  Hyperparameters logged after that are an ``hparams`` event.
 * ``finalize(status)`` is ``run_end``: ``success`` is ``finished``; ``failed`` is ``crashed`` with
   the error's text (Lightning finalizes inside its ``except`` block, where ``sys.exc_info()`` is
   the exception), or ``interrupted`` for Ctrl-C; any other status is written as it is.
@@ -63,8 +63,9 @@ class TrainwatchLogger(Logger):
 
     @rank_zero_only
     def log_hyperparams(self, params: Any, *args: Any, **kwargs: Any) -> None:
-        params = json_safe(params) or {}
-        self._hparams.update(params)
+        with self.run.guard():
+            params = json_safe(params) or {}
+            self._hparams.update(params)
         if self.run.is_open:
             self.run.event("hparams", params=params)
         else:

@@ -54,13 +54,15 @@ class LiveRun:
     def is_open(self) -> bool:
         return self.writer is not None
 
-    def start(self, config: Callable[[], Mapping[str, Any]] | Mapping[str, Any] | None = None) -> None:
+    def start(
+        self, config: Callable[[], Mapping[str, Any]] | Mapping[str, Any] | None = None
+    ) -> None:
         """Open the run: ``config.yaml`` and ``run_start`` (a no-op while it is open). After an
         :meth:`end`, a new start appends a new run to the same file. ``config`` may be a function
         that builds it (from framework objects): it is called under the same guard."""
         if self.writer is not None or self.quiet:
             return
-        with self._guard():
+        with self.guard():
             from trainwatch.writer import RunWriter
 
             cfg = json_safe(config() if callable(config) else config)
@@ -72,21 +74,21 @@ class LiveRun:
         w = self.writer
         if w is None or self.quiet:
             return
-        with self._guard():
+        with self.guard():
             w.log(metrics, step=step)
 
     def event(self, name: str, step: int | None = None, **fields: Any) -> None:
         w = self.writer
         if w is None or self.quiet:
             return
-        with self._guard():
+        with self.guard():
             w.event(name, step=step, **fields)
 
     def end(self, status: str, exit_code: int | None = 0, **fields: Any) -> None:
         """``run_end`` with ``status`` (a no-op when the run is not open)."""
         w = self._take()
         if w is not None:
-            with self._guard():
+            with self.guard():
                 w.close(status, exit_code, **fields)
 
     def end_with(self, exc_type: type[BaseException] | None, exc: BaseException | None) -> None:
@@ -94,7 +96,7 @@ class LiveRun:
         ``Type: message``, ``interrupted`` for Ctrl-C, ``finished`` for none or ``exit(0)``."""
         w = self._take()
         if w is not None:
-            with self._guard():
+            with self.guard():
                 w.__exit__(exc_type, exc, None)
 
     def _take(self) -> RunWriter | None:
@@ -104,7 +106,8 @@ class LiveRun:
         return w
 
     @contextmanager
-    def _guard(self) -> Iterator[None]:
+    def guard(self) -> Iterator[None]:
+        """Runs an integration's own work: an exception is the one warning, then quiet."""
         try:
             yield
         except Exception as e:  # noqa: BLE001 - whatever it is, training must go on

@@ -22,9 +22,12 @@ from framework_runs import (
     run_end,
 )
 
-pytest.importorskip("accelerate", reason="the HF Trainer needs accelerate (pip install '.[frameworks]')")
 transformers = pytest.importorskip(
-    "transformers", minversion="4.40", reason="transformers is not installed (pip install '.[frameworks]')"
+    "transformers", minversion="4.41",
+    reason="transformers>=4.41 cannot be imported (pip install '.[frameworks]')",
+)
+pytest.importorskip(  # the Trainer needs it
+    "accelerate", reason="accelerate cannot be imported (pip install '.[frameworks]')"
 )
 torch = pytest.importorskip("torch")
 

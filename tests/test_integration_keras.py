@@ -25,7 +25,7 @@ from framework_runs import (
 # Keras reads its backend once, at its import: the one CI has (torch, CPU), whatever is set
 os.environ["KERAS_BACKEND"] = "torch"
 keras = pytest.importorskip(
-    "keras", minversion="3.0", reason="keras 3 is not installed (pip install '.[frameworks]')"
+    "keras", minversion="3.0", reason="keras>=3.0 cannot be imported (pip install '.[frameworks]')"
 )
 pytest.importorskip("torch")
 pytestmark = pytest.mark.filterwarnings(  # Keras' own, on numpy 2, at every batch

@@ -20,8 +20,8 @@ from framework_runs import (
 )
 
 L = pytest.importorskip(
-    "lightning.pytorch", minversion="2.2",
-    reason="lightning is not installed (pip install '.[frameworks]')",
+    "lightning.pytorch", minversion="2.4",
+    reason="lightning>=2.4 cannot be imported (pip install '.[frameworks]')",
 )
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # Lightning's advice (workers...)
