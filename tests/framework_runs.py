@@ -58,6 +58,12 @@ def run_end(run_dir: Path) -> dict[str, Any]:
     return last
 
 
+def assert_crashed(run_dir: Path, error: str) -> None:
+    """The run ended ``crashed``, exit code 1, with the error's ``Type: message``."""
+    end = run_end(run_dir)
+    assert (end["status"], end["exit_code"], end["error"]) == ("crashed", 1, error), end
+
+
 def roles_of(run_dir: Path) -> dict[str, str]:
     names = {k for r in metric_rows(run_dir) for k in r if k not in ("step", "time")}
     return DEFAULT_ROLES.resolve(names)

@@ -14,6 +14,7 @@ from disk_faults import DiskState
 from framework_runs import (
     DISK_FAULTS,
     LiveProbe,
+    assert_crashed,
     assert_one_warning_for,
     check_reads,
     metric_rows,
@@ -98,9 +99,7 @@ def test_an_exception_that_kills_the_script_ends_the_run_crashed(tmp_path: Path)
                          timeout=120, check=False)
     assert out.returncode == 1, out.stderr
     assert "Traceback" in out.stderr and "boom at step 120" in out.stderr  # the default hook ran
-    end = run_end(run_dir)
-    assert (end["status"], end["exit_code"]) == ("crashed", 1)
-    assert end["error"] == "RuntimeError: boom at step 120"
+    assert_crashed(run_dir, "RuntimeError: boom at step 120")
     assert max(r["step"] for r in metric_rows(run_dir)) == 119  # step 120 died before its log
 
 
@@ -115,8 +114,7 @@ def test_with_the_callback_a_caught_exception_still_ends_the_run(tmp_path: Path)
     callback = TrainwatchCallback(run_dir)
     with pytest.raises(ValueError, match="bad batch"), callback:
         make_trainer(tmp_path / "out", [callback, Boom()], STEPS).train()
-    end = run_end(run_dir)
-    assert (end["status"], end["error"]) == ("crashed", "ValueError: bad batch")
+    assert_crashed(run_dir, "ValueError: bad batch")
 
 
 @pytest.mark.parametrize("fault", DISK_FAULTS)

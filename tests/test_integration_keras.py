@@ -14,6 +14,7 @@ from disk_faults import DiskState
 from framework_runs import (
     DISK_FAULTS,
     LiveProbe,
+    assert_crashed,
     assert_one_warning_for,
     check_reads,
     metric_rows,
@@ -104,8 +105,7 @@ def test_an_exception_that_kills_the_fit_thread_ends_the_run_crashed(tmp_path: P
     t.start()
     t.join(timeout=60)
     assert not t.is_alive() and not returned  # fit died
-    end = run_end(run_dir)
-    assert (end["status"], end["error"]) == ("crashed", "RuntimeError: boom at step 120")
+    assert_crashed(run_dir, "RuntimeError: boom at step 120")
     assert max(r["step"] for r in metric_rows(run_dir)) == 120
 
 
@@ -114,8 +114,7 @@ def test_with_the_callback_a_caught_exception_still_ends_the_run(tmp_path: Path)
     callback = TrainwatchCallback(run_dir)
     with pytest.raises(RuntimeError, match="boom"), callback:
         fit(run_dir, Probe(LiveProbe(run_dir), fail_at=30), callback)
-    end = run_end(run_dir)
-    assert (end["status"], end["error"]) == ("crashed", "RuntimeError: boom at step 30")
+    assert_crashed(run_dir, "RuntimeError: boom at step 30")
 
 
 @pytest.mark.parametrize("fault", DISK_FAULTS)

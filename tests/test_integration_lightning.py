@@ -11,6 +11,7 @@ from disk_faults import DiskState
 from framework_runs import (
     DISK_FAULTS,
     LiveProbe,
+    assert_crashed,
     assert_one_warning_for,
     check_reads,
     metric_rows,
@@ -110,9 +111,7 @@ def test_an_exception_in_training_ends_the_run_crashed(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     with pytest.raises(RuntimeError, match="boom at step 120"):
         fit(run_dir, Probe(LiveProbe(run_dir)), fail_at=120)
-    end = run_end(run_dir)
-    assert (end["status"], end["exit_code"]) == ("crashed", 1)
-    assert end["error"] == "RuntimeError: boom at step 120"
+    assert_crashed(run_dir, "RuntimeError: boom at step 120")
     assert max(r["step"] for r in metric_rows(run_dir)) == 119
 
 
