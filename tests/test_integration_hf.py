@@ -76,6 +76,7 @@ def test_records_arrive_as_the_trainer_logs_and_check_reads_the_run(tmp_path: Pa
     check_reads(run_dir)
 
 
+@pytest.mark.slow  # a fresh interpreter imports torch and transformers: ~10 s of CPU
 def test_an_exception_that_kills_the_script_ends_the_run_crashed(tmp_path: Path) -> None:
     """The Trainer has no exception hook: the uncaught exception reaches ``sys.excepthook``."""
     run_dir = tmp_path / "run"
