@@ -7,6 +7,7 @@ import threading
 import time
 
 import pytest
+from disk_faults import DiskState, flaky_disk
 
 
 @pytest.fixture(autouse=True)
@@ -22,3 +23,9 @@ def no_leaked_threads():
             break
         time.sleep(0.05)  # polling for threads to finish joining, bounded by the deadline
     assert not leaked, f"test leaked threads: {[t.name for t in leaked]}"
+
+
+@pytest.fixture
+def disk(monkeypatch: pytest.MonkeyPatch) -> DiskState:
+    """Metrics files whose writes fail like a full disk while ``disk.full`` is set."""
+    return flaky_disk(monkeypatch)

@@ -1,4 +1,5 @@
-"""The headless core and the rules never pull in the UI or torch; the writer stays stdlib-only.
+"""The headless core and the rules never pull in the UI or torch; the writer stays stdlib-only;
+the framework integrations import their framework only when their own module is imported.
 
 Each check runs in a fresh interpreter, because this test process has imported everything.
 """
@@ -11,6 +12,8 @@ import sys
 import pytest
 
 UI_AND_TORCH = ("textual", "rich", "plotext", "textual_plotext", "torch")
+FRAMEWORKS = ("torch", "transformers", "accelerate", "lightning", "pytorch_lightning", "keras",
+              "tensorflow", "jax")
 CORE_MODULES = [
     "trainwatch",
     "trainwatch.batch",
@@ -53,6 +56,21 @@ def test_writer_is_stdlib_only():
     loaded = _loaded_after("from trainwatch import RunWriter")
     bad = sorted(m for m in loaded if m.split(".")[0] in (*UI_AND_TORCH, "numpy", "yaml", "msgspec"))
     assert not bad, f"from trainwatch import RunWriter loaded {bad}"
+
+
+@pytest.mark.parametrize(
+    "stmt",
+    [
+        "import trainwatch",
+        "import trainwatch.integrations",
+        "from trainwatch.integrations.live_run import LiveRun; LiveRun('unused', 'x')",
+        "import trainwatch.integrations.crash_hooks",
+    ],
+)
+def test_the_integrations_package_imports_no_framework(stmt):
+    loaded = _loaded_after(stmt)
+    bad = sorted(m for m in loaded if m.split(".")[0] in (*FRAMEWORKS, *UI_AND_TORCH))
+    assert not bad, f"{stmt} loaded {bad}"
 
 
 def test_check_and_report_do_not_import_numpy_ma(tmp_path):

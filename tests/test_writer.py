@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import errno
 import itertools
 import json
 import math
@@ -16,16 +15,17 @@ import textwrap
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import yaml
+from disk_faults import DiskState
 
 import trainwatch.writer as writer_mod
-from trainwatch import RunWriter, appendfile, plainvalues
+from trainwatch import RunWriter, plainvalues
 from trainwatch.batch import RecordBatch
 from trainwatch.formats.jsonl import JsonlParser
 from trainwatch.writer import rank_filename, to_yaml
@@ -70,49 +70,6 @@ def wait_for(cond: Any, what: str, deadline_s: float = DEADLINE_S) -> float:
 
 def warnings_in(err: str, word: str = "dropping") -> list[str]:
     return [ln for ln in err.splitlines() if ln.startswith("trainwatch:") and word in ln]
-
-
-class FlakyFile:
-    """Wraps a real file; while ``state.full`` every write fails like a full disk. With
-    ``state.short``, the first failing write first writes half its bytes (a short write)."""
-
-    def __init__(self, real: Any, state: DiskState) -> None:
-        self.real, self.state = real, state
-
-    def write(self, data: Any) -> int:
-        st = self.state
-        if st.full:
-            if st.short:
-                st.short = False
-                return self.real.write(bytes(data[: len(data) // 2]))
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        return self.real.write(data)
-
-    def fileno(self) -> int:
-        return self.real.fileno()
-
-    def close(self) -> None:
-        self.real.close()
-
-
-@dataclass
-class DiskState:
-    full: bool = False
-    short: bool = False
-    opened: list[Path] = field(default_factory=list)
-
-
-@pytest.fixture
-def disk(monkeypatch: pytest.MonkeyPatch) -> DiskState:
-    state = DiskState()
-    real_open = appendfile.open_append
-
-    def flaky_open(path: Path) -> FlakyFile:
-        state.opened.append(path)
-        return FlakyFile(real_open(path), state)
-
-    monkeypatch.setattr(appendfile, "open_append", flaky_open)
-    return state
 
 
 # ---------------------------------------------------------------------------- records
@@ -432,6 +389,22 @@ def test_disk_full_warns_once_counts_drops_and_recovers(
     err = capsys.readouterr().err
     assert not warnings_in(err) and "again" in err  # recovery is said, the failure not repeated
     assert len(disk.opened) >= 2
+
+
+def test_say_takes_the_writer_messages_instead_of_stderr(
+    tmp_path: Path, writers, disk: DiskState, capsys
+) -> None:
+    """The framework integrations turn them into warnings: every message goes to ``say``."""
+    said: list[str] = []
+    w = writers(tmp_path, flush_interval=0, say=said.append)
+    disk.full = True
+    w.log(step=1, loss=object())  # a repr() note, then a failed write
+    disk.full = False
+    step = itertools.count(2)
+    wait_for(lambda: w.log(step=next(step), loss=1.0) or len(said) >= 3, "the recovery message")
+    assert "repr()" in said[0] and "No space left on device" in said[1], said
+    assert said[2].startswith(f"trainwatch: writing {w.path} again"), said
+    assert not capsys.readouterr().err
 
 
 def test_a_short_write_costs_one_malformed_line_not_the_next_records(

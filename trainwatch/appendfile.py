@@ -69,9 +69,10 @@ class AppendFile:
     writer calls it under its I/O lock."""
 
     def __init__(self, path: Path, retry_s: float, say_once: Callable[[str, str], None],
-                 on_recover: Callable[[], None]) -> None:
+                 on_recover: Callable[[], None], say: Callable[[str], None] = say) -> None:
         """``say_once(key, message)``: a message the writer prints once per key;
-        ``on_recover()``: called when a write succeeds after a reported outage."""
+        ``on_recover()``: called when a write succeeds after a reported outage;
+        ``say(message)``: where the outage is reported."""
         self.path = path
         self.retry_s = retry_s
         """Seconds between attempts to reopen the file after an error."""
@@ -79,6 +80,7 @@ class AppendFile:
         """The line a fresh (empty) file starts with (the run's ``run_start``), once known."""
         self._say_once = say_once
         self._on_recover = on_recover
+        self._say = say
         self._fh: BinaryIO | None = None
         self._ident: tuple[int, int] | None = None  # (dev, inode) of the open file
         self._torn = False  # the file ends in a partial line: start the next write with \n
@@ -170,7 +172,7 @@ class AppendFile:
         """Report a failure, once per outage."""
         if not self._failing:
             self._failing = True
-            say(
+            self._say(
                 f"trainwatch: {what}; dropping metric records (see RunWriter.dropped) and retrying"
                 f" every {self.retry_s:g} s: free disk space or restore the directory"
                 " and its permissions"

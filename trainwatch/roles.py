@@ -22,9 +22,12 @@ DEFAULT_ALIASES: Mapping[str, tuple[str, ...]] = {
     "lr": ("lr", "learning_rate", "train/learning_rate", "train/lr", "lr-0"),
     "grad_norm": ("grad_norm", "train/grad_norm", "gnorm", "norm", "grad_2.0_norm_total",
                   "grad-norm", "gradnorm", "total_norm"),
+    # (HF Trainer logs ``train_tokens_per_second`` at each step with include_num_input_tokens_seen,
+    # and ``train_samples_per_second`` once, in its closing row: tokens first, or that one row
+    # would take the role at the end)
     "throughput": ("throughput", "tokens_per_sec", "tok/s", "samples_per_second",
-                   "train_samples_per_second", "tokens_per_second", "samples/s", "tps",
-                   "train/throughput"),
+                   "train_tokens_per_second", "train_samples_per_second", "tokens_per_second",
+                   "samples/s", "tps", "train/throughput"),
     "step_time": ("step_time", "time_per_step", "iter_time", "data_time_per_step",
                   "train/step_time", "dt", "batch_time", "time_per_iter", "iter_time_ms",
                   "step_avg_ms", "ms_per_iter", "train_time_ms"),

@@ -17,7 +17,8 @@ Choices, and why:
   may still cut a write short on a full disk: the torn line is then ended with a newline before
   the next write, so it costs one malformed line, not two records).
 * **Never raise into training for I/O.** A full disk, a removed directory, a permission problem:
-  one line on stderr naming the file and what to do, the records are counted in ``dropped``, and
+  one line on stderr (or to ``say``: the framework integrations make it a warning) naming the
+  file and what to do, the records are counted in ``dropped``, and
   the file is reopened every few seconds (a fresh file gets the ``run_start`` record again). An
   unwritable run directory at construction is treated the same way: warn once, drop, retry
   (the bundled trainer checks writability up front; a plain script should not die for metrics).
@@ -35,7 +36,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path, PurePath
 from types import TracebackType
 from typing import Any
@@ -85,6 +86,7 @@ class RunWriter:
         filename: str = "metrics.jsonl",
         rank: int | None = None,
         flush_interval: float = 0.5,
+        say: Callable[[str], None] = say,
     ) -> None:
         if rank is not None and (not isinstance(rank, int) or rank < 0):
             raise ValueError(f"RunWriter: rank must be a non-negative int or None, got {rank!r}")
@@ -97,13 +99,15 @@ class RunWriter:
         """Seconds between background writes; ``<= 0`` writes each record synchronously."""
         self.dropped = 0
         """Records lost to I/O errors (full disk, removed directory, ...)."""
+        self._say = say
+        """Where the writer's one-line messages go: stderr, or a framework's warnings."""
         self._lock = threading.Lock()  # guards _pending, _closed, dropped
         self._io_lock = threading.Lock()  # one writer of the file at a time, in order
         self._pending: list[str] = []  # encoded records, without their newline
         self._closed: str | None = None  # None while open, else why ("closed", "forked")
         self._said: set[str] = set()
         self._file = AppendFile(self.path, min(max(4 * self.flush_interval, 0.2), 5.0),
-                                self._say_once, self._recovered)
+                                self._say_once, self._recovered, say)
         self._encoder = RecordEncoder(self.path, self._say_once, self._count_dropped)
         self._encode = self._encoder.encode
         """The record's JSON line (no newline), or None (counted in ``dropped``, reported once)."""
@@ -306,7 +310,7 @@ class RunWriter:
                 self.dropped += lost
 
     def _recovered(self) -> None:
-        say(f"trainwatch: writing {self.path} again ({self.dropped} records dropped so far)")
+        self._say(f"trainwatch: writing {self.path} again ({self.dropped} records dropped so far)")
 
     def _write_config(self, config: Any) -> None:
         target = self.run_dir / "config.yaml"
@@ -334,7 +338,7 @@ class RunWriter:
     def _say_once(self, key: str, msg: str) -> None:
         if key not in self._said:
             self._said.add(key)
-            say(msg)
+            self._say(msg)
 
     def _abandon(self) -> None:
         """In a forked child: forget the parent's pending records, write nothing, ever."""
