@@ -10,7 +10,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -103,12 +104,15 @@ def _load_rules(rules_file: Path | None) -> RulesConfig:
         raise _InputError(str(e)) from None
 
 
-def _warn_unwatched(cfg: RulesConfig, run: LoadedRun, rules_file: Path | None) -> None:
-    """One stderr line per custom rule whose metric is neither a series of the run nor a role
-    it resolves: a typo there watches nothing, and nothing else would say so."""
+def _warn_unwatched(
+    cfg: RulesConfig, run: LoadedRun, names: Iterable[str], rules_file: Path | None
+) -> None:
+    """One stderr line per custom rule whose metric is neither a series of the run (``names``,
+    counted as the rules read it) nor a role it resolves: a typo there watches nothing, and
+    nothing else would say so."""
     from trainwatch.roles import DEFAULT_ROLES
 
-    names = {n for b in run.main for n in b.series}
+    names = set(names)
     roles = (getattr(cfg, "roles", None) or DEFAULT_ROLES).resolve(names)
     for c in cfg.custom:
         if c.enabled and c.metric not in names and c.metric not in roles:
@@ -123,10 +127,20 @@ def _warn_unwatched(cfg: RulesConfig, run: LoadedRun, rules_file: Path | None) -
 
 def _load_run(path: Path) -> LoadedRun:
     """Everything the run at ``path`` holds, or :class:`_InputError`."""
-    from trainwatch.load import LoadError, load_run
+    from trainwatch.load import load_run
+
+    with _reading():
+        return load_run(path)
+
+
+@contextmanager
+def _reading() -> Iterator[None]:
+    """A run's streams are read as a command walks them: a failed read is :class:`_InputError`
+    (the one line :class:`~trainwatch.load.LoadError` says) wherever it shows."""
+    from trainwatch.load import LoadError
 
     try:
-        return load_run(path)
+        yield
     except LoadError as e:
         raise _InputError(str(e)) from None
 
@@ -144,7 +158,9 @@ def cmd_inspect(argv: Sequence[str]) -> int:
     a = p.parse_args(argv)
     from trainwatch.inspect import format_json, format_text, summarize
 
-    summary = summarize(_load_run(a.path))
+    run = _load_run(a.path)
+    with _reading():
+        summary = summarize(run)
     _emit(format_json(summary) if a.format == "json" else format_text(summary))
     return EXIT_OK
 
@@ -171,8 +187,9 @@ def cmd_check(argv: Sequence[str]) -> int:
 
     cfg = _load_rules(a.rules)  # first: a bad --rules is reported before a long load
     run = _load_run(a.path)
-    _warn_unwatched(cfg, run, a.rules)
-    result = run_check(run, cfg)
+    with _reading():
+        result = run_check(run, cfg)
+    _warn_unwatched(cfg, run, result.tally.series, a.rules)
     _emit(format_check_json(result) if a.format == "json" else format_check_text(result))
     return exit_code(result, a.fail_on)
 
@@ -189,6 +206,7 @@ def cmd_report(argv: Sequence[str]) -> int:
     p.add_argument("--rules", type=Path, help="YAML file overriding rule settings")
     p.add_argument("--format", choices=("markdown", "json"), default="markdown")
     a = p.parse_args(argv)
+    from trainwatch.rules.commands.check import run_check
     from trainwatch.rules.commands.report import (
         build_report,
         format_report_json,
@@ -197,8 +215,10 @@ def cmd_report(argv: Sequence[str]) -> int:
 
     cfg = _load_rules(a.rules)
     run = _load_run(a.path)
-    _warn_unwatched(cfg, run, a.rules)
-    report = build_report(run, cfg)
+    with _reading():
+        checked = run_check(run, cfg)
+        _warn_unwatched(cfg, run, checked.tally.series, a.rules)
+        report = build_report(run, cfg, checked)
     _emit(format_report_json(report) if a.format == "json" else format_report_markdown(report))
     return EXIT_OK
 
