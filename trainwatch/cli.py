@@ -10,7 +10,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -106,12 +107,15 @@ def _load_rules(rules_file: Path | None) -> RulesConfig:
         raise _InputError(str(e)) from None
 
 
-def _warn_unwatched(cfg: RulesConfig, run: LoadedRun, rules_file: Path | None) -> None:
-    """One stderr line per custom rule whose metric is neither a series of the run nor a role
-    it resolves: a typo there watches nothing, and nothing else would say so."""
+def _warn_unwatched(
+    cfg: RulesConfig, run: LoadedRun, names: Iterable[str], rules_file: Path | None
+) -> None:
+    """One stderr line per custom rule whose metric is neither a series of the run (``names``,
+    counted as the rules read it) nor a role it resolves: a typo there watches nothing, and
+    nothing else would say so."""
     from trainwatch.roles import DEFAULT_ROLES
 
-    names = {n for b in run.main for n in b.series}
+    names = set(names)
     roles = (getattr(cfg, "roles", None) or DEFAULT_ROLES).resolve(names)
     for c in cfg.custom:
         if c.enabled and c.metric not in names and c.metric not in roles:
@@ -145,6 +149,18 @@ def _load_run(path: Path, run: str | None = None) -> LoadedRun:
     except RunChoiceError as e:
         _list_runs(e.runs)
         raise _InputError(str(e)) from None
+    except LoadError as e:
+        raise _InputError(str(e)) from None
+
+
+@contextmanager
+def _reading() -> Iterator[None]:
+    """A run's streams are read as a command walks them: a failed read is :class:`_InputError`
+    (the one line :class:`~trainwatch.load.LoadError` says) wherever it shows."""
+    from trainwatch.load import LoadError
+
+    try:
+        yield
     except LoadError as e:
         raise _InputError(str(e)) from None
 
@@ -186,7 +202,9 @@ def cmd_inspect(argv: Sequence[str]) -> int:
     a = p.parse_args(argv)
     from trainwatch.inspect import format_json, format_text, summarize
 
-    summary = summarize(_load_run(a.path, a.run))
+    run = _load_run(a.path, a.run)
+    with _reading():
+        summary = summarize(run)
     _emit(format_json(summary) if a.format == "json" else format_text(summary))
     return EXIT_OK
 
@@ -215,8 +233,9 @@ def cmd_check(argv: Sequence[str]) -> int:
 
     cfg = _load_rules(a.rules)  # first: a bad --rules is reported before a long load
     run = _load_run(a.path, a.run)
-    _warn_unwatched(cfg, run, a.rules)
-    result = run_check(run, cfg)
+    with _reading():
+        result = run_check(run, cfg)
+    _warn_unwatched(cfg, run, result.tally.series, a.rules)
     _emit(format_check_json(result) if a.format == "json" else format_check_text(result))
     return exit_code(result, a.fail_on)
 
@@ -235,6 +254,7 @@ def cmd_report(argv: Sequence[str]) -> int:
     p.add_argument("--format", choices=("markdown", "json"), default="markdown")
     p.add_argument("--run", metavar="NAME_OR_ID", help=RUN_HELP)
     a = p.parse_args(argv)
+    from trainwatch.rules.commands.check import run_check
     from trainwatch.rules.commands.report import (
         build_report,
         format_report_json,
@@ -243,8 +263,10 @@ def cmd_report(argv: Sequence[str]) -> int:
 
     cfg = _load_rules(a.rules)
     run = _load_run(a.path, a.run)
-    _warn_unwatched(cfg, run, a.rules)
-    report = build_report(run, cfg)
+    with _reading():
+        checked = run_check(run, cfg)
+        _warn_unwatched(cfg, run, checked.tally.series, a.rules)
+        report = build_report(run, cfg, checked)
     _emit(format_report_json(report) if a.format == "json" else format_report_markdown(report))
     return EXIT_OK
 

@@ -9,23 +9,24 @@ person reads.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from trainwatch.batch import RecordBatch, iter_joined
+from trainwatch.batch import RecordBatch, concat_batches, joinable
 from trainwatch.humanize import fmt_count, fmt_duration, fmt_num
-from trainwatch.rules.detectors.stats import distinct
+from trainwatch.roles import DEFAULT_ROLES
+from trainwatch.rules.commands.tally import RunTally, StepSet
 from trainwatch.rules.engine.alert import SEVERITY_RANK, Alert
 from trainwatch.safe_text import clean
 
 if TYPE_CHECKING:
     from trainwatch.load import LoadedRun
 
+MEDIAN_ROLES = ("throughput", "step_time")
+"""Roles whose series ``report`` gives the median of (the tally samples them for it)."""
 FAIL_ON = ("error", "warning", "info", "never")
 """Values of ``--fail-on``: the lowest severity that makes ``check`` exit 1."""
 
@@ -43,6 +44,8 @@ class CheckResult:
     """Lines of the main stream skipped as malformed (the rules saw the rest)."""
     first_malformed: str | None = None
     """The first of them as ``FILE:LINE: reason``, for the one line that tells a person."""
+    tally: RunTally = field(default_factory=RunTally, compare=False, repr=False)
+    """What was counted of the main stream as it was fed (``report`` goes on from it)."""
 
 
 def run_check(run: LoadedRun, cfg: Any, now: float | None = None) -> CheckResult:
@@ -54,80 +57,99 @@ def run_check(run: LoadedRun, cfg: Any, now: float | None = None) -> CheckResult
     from trainwatch.rules import RuleEngine  # the engine pulls in every rule: import on use
 
     engine = RuleEngine(cfg, live=False)
-    feed_run(engine, run, now)
+    roles = getattr(cfg, "roles", None) or DEFAULT_ROLES
+    tally = RunTally(sampled=lambda name: roles.role_of(name) in MEDIAN_ROLES)
+    feed_run(engine, run, now, tally=tally)
     alerts = sorted(engine.alerts, key=lambda a: a.step)  # sorted() is stable
-    bad = [(b.source, m) for b in run.main for m in b.malformed]
     first_bad = None
-    if bad:
-        src, m = bad[0]
+    if tally.first_malformed is not None:
+        src, m = tally.first_malformed
         where = f"{src}:{m.line}" if m.line > 0 else src  # (binary formats give no line: 0)
         first_bad = f"{where}: {m.reason.removesuffix('; line skipped')}"
     return CheckResult(
-        path=Path(run.path), alerts=tuple(alerts), summary=summarize(run, alerts),
-        malformed=len(bad), first_malformed=first_bad,
+        path=Path(run.path), alerts=tuple(alerts), summary=summarize(tally, alerts),
+        malformed=tally.malformed, first_malformed=first_bad, tally=tally,
     )
 
 
-def feed_run(engine: Any, run: LoadedRun, now: float | None = None) -> None:
+def feed_run(
+    engine: Any, run: LoadedRun, now: float | None = None, tally: RunTally | None = None
+) -> None:
     """Everything a loaded run holds, in the order a live watch would have seen it as far as
     the files allow: the main stream (its read chunks joined, see :func:`backfill_batches`),
     then the rank streams batch by batch in turn (not one whole rank after another), then the
-    console, then the end of the backfill."""
-    for batch in backfill_batches(run.main):
+    console, then the end of the backfill. Each stream is walked once; ``tally`` counts the
+    main stream's batches on the way."""
+    main: Iterable[RecordBatch] = run.main
+    if tally is not None:
+        main = _counted(main, tally)
+    for batch in backfill_batches(main):
         engine.feed(batch)
-    queues = [(r, run.ranks[r]) for r in sorted(run.ranks)]
-    for i in range(max((len(q) for _r, q in queues), default=0)):
-        for rank, q in queues:
-            if i < len(q):
-                engine.feed_rank(rank, q[i])
+    queues = [(r, iter(run.ranks[r])) for r in sorted(run.ranks)]
+    while queues:
+        for rank, q in list(queues):
+            batch = next(q, None)
+            if batch is None:
+                queues.remove((rank, q))
+            else:
+                engine.feed_rank(rank, batch)
     if run.console:
         engine.feed_console(run.console, getattr(run, "console_first_line", 1))
     engine.finish(now)
 
 
-BACKFILL_JOIN = 1 << 16
-"""Most records in one joined batch of a backfill. The engine's fixed cost per batch is about a
-millisecond and its cost per record about 0.3 us: past this it is under 5 % of a batch's, and the
-bound keeps the joined copy (held next to the chunks while it is fed) small."""
+def _counted(batches: Iterable[RecordBatch], tally: RunTally) -> Iterator[RecordBatch]:
+    for b in batches:
+        tally.add(b)
+        yield b
 
 
-def backfill_batches(batches: Sequence[RecordBatch]) -> Iterator[RecordBatch]:
-    """The main stream's batches joined (:func:`~trainwatch.batch.join_batches`), one group at a
-    time, so the engine pays its fixed cost per frame once per backlog rather than once per read
-    chunk; the alerts are the same, as the engine's are however a stream is batched.
+BACKFILL_JOIN = 1 << 14
+"""Most records in one joined batch of a backfill. The bound caps the engine's temporaries while
+it frames one batch (~50 MB at 64k records of 7 series: a long run's ``check`` peaked there, #15)
+and the joined copy held next to its chunks. The price: the engine's fixed cost per batch, ~90 ms
+of 7 series (measured for #15), is paid 4x as often as at 64k (+2.6 s on 714k records)."""
+
+
+def backfill_batches(batches: Iterable[RecordBatch]) -> Iterator[RecordBatch]:
+    """The main stream's batches joined (as :func:`~trainwatch.batch.iter_joined` joins them),
+    one group at a time, so the engine pays its fixed cost per frame once per backlog rather
+    than once per read chunk; the alerts are the same, as the engine's are however a stream is
+    batched. A group is yielded as soon as it is complete: the stream is never held.
 
     A batch that brings a metric name not seen before starts a new joined batch: the engine
     resolves roles from the names seen so far, and must do so at the same records as it would
     fed the batches one by one."""
     seen: set[str] = set()
-    piece: list[RecordBatch] = []
+    group: list[RecordBatch] = []
+    n = 0
     for b in batches:
-        if piece and not seen.issuperset(b.series):
-            yield from iter_joined(piece, BACKFILL_JOIN)
-            piece = []
+        if group and (not seen.issuperset(b.series) or not joinable(group[-1], b)
+                      or n + b.n_records > BACKFILL_JOIN):
+            yield concat_batches(group)
+            group, n = [], 0
         seen.update(b.series)
-        piece.append(b)
-    yield from iter_joined(piece, BACKFILL_JOIN)
+        group.append(b)
+        n += b.n_records
+    if group:
+        yield concat_batches(group)
 
 
-def summarize(run: LoadedRun, alerts: Iterable[Alert]) -> dict[str, Any]:
+def summarize(tally: RunTally, alerts: Iterable[Alert]) -> dict[str, Any]:
     """Records and distinct metric steps of the main stream, and alerts counted by severity."""
     by_severity = {s: 0 for s in SEVERITY_RANK}
     for a in alerts:
         by_severity[a.severity] = by_severity.get(a.severity, 0) + 1
-    return {
-        "records": int(sum(b.n_records for b in run.main)),
-        "steps": count_steps(run.main),
-        "by_severity": by_severity,
-    }
+    return {"records": tally.records, "steps": len(tally.steps), "by_severity": by_severity}
 
 
 def count_steps(batches: Iterable[Any]) -> int:
     """Distinct steps that carry at least one metric value (events and resumed overlaps once)."""
-    parts = [c.steps for b in batches for c in b.series.values() if len(c)]
-    if not parts:
-        return 0
-    return int(distinct(np.concatenate(parts)).shape[0])
+    steps = StepSet()
+    for b in batches:
+        for c in b.series.values():
+            steps.add(c.steps)
+    return len(steps)
 
 
 def exit_code(result: CheckResult, fail_on: str = "error") -> int:

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from trainwatch.humanize import fmt_count, fmt_duration, fmt_num
-from trainwatch.roles import DEFAULT_ROLES
-from trainwatch.rules.commands.check import count_steps, describe_alert, run_check
+from trainwatch.roles import DEFAULT_ROLES, RoleTable
+from trainwatch.rules.commands.check import CheckResult, describe_alert, run_check
 from trainwatch.rules.commands.run_summary import (
     LrSchedule,
     MetricSummary,
@@ -27,10 +27,21 @@ from trainwatch.rules.commands.run_summary import (
     Series,
     classify_lr,
     collect_series,
+    moves_from,
     moving_average,
     role_moves,
     summarize_metric,
 )
+from trainwatch.rules.commands.series_walk import (
+    ExactMedian,
+    LrAcc,
+    MetricAcc,
+    SparkAcc,
+    TailAcc,
+    ValTurnAcc,
+    walk_series,
+)
+from trainwatch.rules.commands.tally import RunTally, SeriesTally
 from trainwatch.rules.commands.verdict import (
     FLAT,
     STUCK_RULES,
@@ -39,9 +50,10 @@ from trainwatch.rules.commands.verdict import (
     Trend,
     Verdict,
     judge,
+    judge_from,
     tail_trend,
+    tail_trend_of,
 )
-from trainwatch.rules.detectors.stats import distinct, median
 from trainwatch.rules.engine.alert import SEVERITY_RANK, Alert, json_safe
 from trainwatch.safe_text import clean
 
@@ -100,68 +112,122 @@ class Report:
 # ------------------------------------------------------------------------------------ building
 
 
-def build_report(run: LoadedRun, cfg: Any) -> Report:
-    """Analyse a loaded run: run every rule (as ``check`` does), then summarize and judge."""
-    result = run_check(run, cfg)
-    roles_table = getattr(cfg, "roles", None) or DEFAULT_ROLES
-    series = collect_series(run.main)
-    roles = roles_table.resolve(series)
-    moves = role_moves(run.main, roles_table)
-    loss = series.get(roles["loss"]) if "loss" in roles else None
-    val = series.get(roles["val_loss"]) if "val_loss" in roles else None
-    lr = series.get(roles["lr"]) if "lr" in roles else None
+def build_report(run: LoadedRun, cfg: Any, checked: CheckResult | None = None) -> Report:
+    """Analyse a loaded run: run every rule (as ``check`` does; ``checked`` when done already),
+    then summarize and judge.
 
-    times = [b.times for b in run.main if b.n_records]
-    all_t = np.concatenate(times) if times else np.empty(0)
-    all_t = all_t[np.isfinite(all_t)]
-    duration = float(all_t.max() - all_t.min()) if all_t.size > 1 else None
+    The main stream is walked once for the rules and the run's counts (:class:`RunTally`), then
+    once more for the series of the roles the report shows, whose figures are summed up as they
+    go by (:mod:`~trainwatch.rules.commands.series_walk`); a series whose points a resumed
+    segment rewrote is counted again first, and a median of more values than are held takes a
+    walk or two more. No series is held whole (#15)."""
+    result = checked if checked is not None else run_check(run, cfg)
+    tally = result.tally
+    roles_table = getattr(cfg, "roles", None) or DEFAULT_ROLES
+    roles = roles_table.resolve(tally.series)
+    moves = role_moves_of(tally, roles_table)
+    shown = {role: roles[role] for role in ("loss", "val_loss", "lr", "throughput", "step_time")
+             if role in roles}
+    counts = _shown_tallies(run, tally, set(shown.values()))
+
+    accs: dict[str, list[Any]] = {name: [] for name in shown.values()}
+    spark_of: dict[str, SparkAcc] = {}
+    loss_acc = val_acc = turn_acc = tail_acc = lr_acc = None
+    medians: dict[str, ExactMedian] = {}
+    for role, name in shown.items():
+        t = counts[name]
+        if role == "loss":
+            loss_acc, tail_acc = MetricAcc(name, t.points, t.finite), TailAcc(t.finite, TAIL)
+            accs[name] += [loss_acc, tail_acc]
+        elif role == "val_loss":
+            val_acc = MetricAcc(name, t.points, t.finite, smooth=False)
+            turn_acc = ValTurnAcc(t.finite)
+            accs[name] += [val_acc, turn_acc]
+        elif role == "lr":
+            lr_acc = LrAcc(t)
+            accs[name].append(lr_acc)
+        else:
+            sample = tally.series[name].sample
+            medians[role] = ExactMedian(t.finite, t.low, t.peak,
+                                        None if sample is None else sample.sorted())
+            accs[name].append(medians[role])
+        if role in ("loss", "val_loss", "lr") and t.points > 1:
+            spark_of[name] = SparkAcc(t.points, SPARK_WIDTH)
+            accs[name].append(spark_of[name])
+    while any(accs.values()):  # a walk feeds every figure; a few need another
+        _walk(run, tally, accs)
+        accs = {name: [a for a in lst if not a.walked()] for name, lst in accs.items()}
+
+    duration = None
+    if tally.time_range is not None and tally.timed > 1:
+        duration = tally.time_range[1] - tally.time_range[0]
     if not duration:  # formats without timestamps: every record got the same read time
         duration = None
-    steps_all = [c.steps for b in run.main for c in b.series.values() if len(c)]
-    st = np.concatenate(steps_all) if steps_all else np.empty(0, dtype=np.int64)
-    first_step = int(st.min()) if st.size else None
-    last_step = int(st.max()) if st.size else None
-
+    first_step, last_step = tally.step_range or (None, None)
     tp_unit = " steps/s"
     throughput = None
     if "throughput" in roles:
-        throughput = _finite_median(series[roles["throughput"]].values)
+        throughput = medians["throughput"].value
         tp_unit = f"/s (median of {roles['throughput']})"
-    elif duration and st.size:
-        throughput = float(distinct(st).shape[0] / duration)
+    elif duration and tally.step_range is not None:
+        throughput = float(len(tally.steps) / duration)
         tp_unit = " steps/s"
-    step_time = _finite_median(series[roles["step_time"]].values) if "step_time" in roles else None
+    step_time = medians["step_time"].value if "step_time" in roles else None
 
-    loss_sum = summarize_metric(roles["loss"], loss) if loss is not None else None
-    val_sum = summarize_metric(roles["val_loss"], val, smooth=False) if val is not None else None
-    lr_sched = classify_lr(lr.steps, lr.values) if lr is not None and len(lr.values) else None
-    ended = any(e.name == "run_end" for b in run.main for e in b.events)
-    verdict = judge(
-        loss=None if loss is None else (loss.steps, loss.values),
-        val=None if val is None else (val.steps, val.values),
+    loss_sum = loss_acc.result() if loss_acc is not None else None
+    val_sum = val_acc.result() if val_acc is not None else None
+    lr_sched = lr_acc.schedule if lr_acc is not None else None
+    trend = tail_trend_of(*tail_acc.tail()) if tail_acc is not None else None
+    verdict = judge_from(
+        trend=trend,
+        turn=turn_acc.result() if turn_acc is not None else None,
         alerts=result.alerts,
         lr_peak=None if lr_sched is None else lr_sched.peak,
         lr_final=None if lr_sched is None else lr_sched.final,
         warmup_steps=None if lr_sched is None else lr_sched.warmup_steps,
         last_step=last_step,
     )
-    sparks = {}
-    for role, s in (("loss", loss), ("val_loss", val), ("lr", lr)):
-        if s is not None and len(s.values) > 1:
-            sparks[roles[role]] = sparkline(s.values, SPARK_WIDTH)
+    sparks = {name: spark_text(acc.means, acc.bad) for name, acc in spark_of.items()}
     return Report(
-        path=str(run.path), format=run.format, records=int(sum(b.n_records for b in run.main)),
-        steps=count_steps(run.main), first_step=first_step, last_step=last_step,
+        path=str(run.path), format=run.format, records=tally.records,
+        steps=len(tally.steps), first_step=first_step, last_step=last_step,
         duration_s=duration, throughput=throughput, throughput_unit=tp_unit,
-        step_time_s=step_time, loss=loss_sum, val_loss=val_sum, lr=lr_sched, ended=ended,
+        step_time_s=step_time, loss=loss_sum, val_loss=val_sum, lr=lr_sched, ended=tally.ended,
         alerts=result.alerts, verdict=verdict, sparklines=sparks, role_moves=moves,
         malformed=result.malformed, first_malformed=result.first_malformed,
     )
 
 
-def _finite_median(v: np.ndarray) -> float | None:
-    f = v[np.isfinite(v)]
-    return median(f) if f.size else None
+def _shown_tallies(run: LoadedRun, tally: RunTally, names: set[str]) -> dict[str, SeriesTally]:
+    """The tally of each series as the report takes it: a resumed segment's rewrite replaces the
+    points it rewrote, which costs a walk to count them again where some were."""
+    out = {n: tally.series[n] for n in names}
+    rewritten = {n for n in names if tally.series[n].rewritten()}
+    if rewritten:
+        for n in rewritten:
+            out[n] = SeriesTally()
+        for b in run.main:
+            for n in rewritten:
+                for steps, values in walk_series((b,), n, tally.series[n].cutoffs()):
+                    out[n].add(steps, values, np.zeros(1, dtype=np.int32))
+    return out
+
+
+def _walk(run: LoadedRun, tally: RunTally, accs: dict[str, list[Any]]) -> None:
+    """One walk of the main stream, each role's series fed to its accumulators."""
+    wanted = {n: lst for n, lst in accs.items() if lst}
+    cutoffs = {n: tally.series[n].cutoffs() for n in wanted}
+    for b in run.main:
+        for name, lst in wanted.items():
+            for steps, values in walk_series((b,), name, cutoffs[name]):
+                for acc in lst:
+                    acc.feed(steps, values)
+
+
+def role_moves_of(tally: RunTally, table: RoleTable) -> tuple[RoleMove, ...]:
+    """:func:`role_moves` from where the tally saw each series start."""
+    return moves_from({n: s.first for n, s in tally.series.items() if s.first is not None},
+                      table)
 
 
 # ------------------------------------------------------------------------------------ printing
@@ -170,16 +236,16 @@ def _finite_median(v: np.ndarray) -> float | None:
 def sparkline(values: np.ndarray, width: int = SPARK_WIDTH) -> str:
     """Bucket means as block characters; a bucket holding NaN/inf shows ``×``."""
     v = np.asarray(values, dtype=np.float64)
-    n = min(width, v.size)
+    acc = SparkAcc(v.size, width)
+    acc.feed(None, v)
+    return spark_text(acc.means, acc.bad)
+
+
+def spark_text(means: np.ndarray, bad: np.ndarray) -> str:
+    """The sparkline of bucket means (``bad``: the bucket held a NaN/inf)."""
+    n = means.shape[0]
     if n == 0:
         return ""
-    edges = np.linspace(0, v.size, n + 1).astype(np.int64)
-    means, bad = np.empty(n), np.zeros(n, dtype=bool)
-    for i in range(n):
-        b = v[edges[i]:edges[i + 1]]
-        f = b[np.isfinite(b)]
-        bad[i] = f.size < b.size
-        means[i] = f.mean() if f.size else math.nan
     ok = np.isfinite(means)
     if not ok.any():
         return "×" * n

@@ -8,7 +8,7 @@ their results in the report and :mod:`trainwatch.rules.commands.verdict` judges 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +16,7 @@ import numpy as np
 
 from trainwatch.batch import RecordBatch
 from trainwatch.roles import ROLES, RoleTable
+from trainwatch.rules.commands.lr_shape import LrSchedule, LrShape
 from trainwatch.rules.detectors.stats import distinct
 
 
@@ -47,17 +48,6 @@ class MetricSummary:
 
 
 @dataclass(frozen=True)
-class LrSchedule:
-    kind: str
-    """``constant``, ``warmup + cosine decay``, ``step decay``, ``linear decay``..."""
-    start: float
-    peak: float
-    peak_step: int
-    final: float
-    warmup_steps: int
-
-
-@dataclass(frozen=True)
 class RoleMove:
     """A role that went to another series mid-run: a name ranked higher for it appeared (a
     script logging ``train_loss`` later also logs ``loss``), perhaps at another scale."""
@@ -81,6 +71,12 @@ def role_moves(batches: Iterable[RecordBatch], table: RoleTable) -> tuple[RoleMo
             if name not in firsts and c.rows.shape[0]:
                 firsts[name] = (offset + int(c.rows[0]), int(c.steps[0]))
         offset += b.n_records
+    return moves_from(firsts, table)
+
+
+def moves_from(firsts: Mapping[str, tuple[int, int]], table: RoleTable) -> tuple[RoleMove, ...]:
+    """:func:`role_moves` given each name's (record, step) of its first point, in the order the
+    names first appeared."""
     by_record: dict[tuple[int, int], list[str]] = {}
     for name, at in firsts.items():
         by_record.setdefault(at, []).append(name)
@@ -161,63 +157,16 @@ def moving_average(v: np.ndarray, w: int) -> np.ndarray:
 
 def classify_lr(steps: np.ndarray, lr: np.ndarray) -> LrSchedule | None:
     """Name the schedule a learning-rate series followed: warmup, then constant, step, linear,
-    cosine or another decay (or ``cyclic`` when it rises again after decaying)."""
+    cosine or another decay (or ``cyclic`` when it rises again after decaying); see
+    :class:`~trainwatch.rules.commands.lr_shape.LrShape`, fed the whole series here."""
     ok = np.isfinite(lr)
-    x, y = steps[ok].astype(np.float64), lr[ok].astype(np.float64)
+    x, y = steps[ok], lr[ok].astype(np.float64)
     if y.size == 0:
         return None
     peak_i = int(np.argmax(y))
-    peak = float(y[peak_i])
-    start, final = float(y[0]), float(y[-1])
-    if peak <= 0:
-        return LrSchedule("constant", start, peak, int(x[peak_i]), final, 0)
-    # warmup: the LR starts below its peak and climbs to it without going down on the way
-    warm_end = 0
-    if peak_i > 0 and y[0] < 0.9 * peak:
-        top = int(np.argmax(y >= 0.999 * peak))
-        if np.all(np.diff(y[: top + 1]) >= 0):
-            warm_end = top
-    # the step the warmup reached the peak at (steps 1..100 -> 100), whatever the logging interval
-    warmup_steps = int(x[warm_end]) if warm_end else 0
-    tail_x, tail_y = x[warm_end:], y[warm_end:] / peak
-    # a schedule that ran out: the LR sits at ~0 for the last part of the run
-    low = tail_y <= 1e-3
-    spent = tail_y.size if low.all() else int(np.argmin(low[::-1]))  # trailing ~0 points
-    suffix = ""
-    if spent >= max(3, 0.05 * tail_y.size) and spent < tail_y.size:
-        suffix = f", then ~0 from step {int(tail_x[-spent]):,}"
-        tail_x, tail_y = tail_x[: tail_y.size - spent + 1], tail_y[: tail_y.size - spent + 1]
-    kind = _decay_kind(tail_x, tail_y) + suffix
-    if warm_end:
-        kind = "warmup + " + kind
-    return LrSchedule(kind, start, peak, int(x[peak_i]), final, warmup_steps)
-
-
-def _decay_kind(x: np.ndarray, y: np.ndarray) -> str:
-    """Shape of a normalized (peak = 1) LR series after warmup."""
-    if y.size < 3 or float(y.max() - y.min()) <= 0.01:
-        return "constant"
-    # rising again by more than a fifth after the lowest point: restarts or a cyclic schedule
-    if float(y[int(np.argmin(y)):].max() - y.min()) > 0.2 * (1 - y.min()) and y[-1] > y.min() * 1.2:
-        return "cyclic"
-    rel = np.abs(np.diff(y)) / np.maximum(y[:-1], 1e-30)
-    jumps = int((rel > 0.05).sum())
-    if jumps <= 10 and np.count_nonzero(rel > 1e-6) <= 2 * jumps:
-        return "step decay"
-    span = float(x[-1] - x[0]) or 1.0
-    t = (x - x[0]) / span
-    r2_lin = _r2(y, np.vstack([np.ones_like(t), t]).T)
-    r2_cos = max(
-        _r2(y, np.vstack([np.ones_like(t), 0.5 * (1 + np.cos(math.pi * np.minimum(t / f, 1)))]).T)
-        for f in (0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.2, 1.5, 2.0, 3.0)
-    )
-    if max(r2_lin, r2_cos) >= 0.995:
-        return "cosine decay" if r2_cos > r2_lin else "linear decay"
-    return "decay"
-
-
-def _r2(y: np.ndarray, design: np.ndarray) -> float:
-    coef, *_ = np.linalg.lstsq(design, y, rcond=None)
-    resid = y - design @ coef
-    tot = float(((y - y.mean()) ** 2).sum())
-    return 1.0 - float((resid**2).sum()) / tot if tot > 0 else 1.0
+    shape = LrShape(float(y[peak_i]), peak_i, int(x[-1]))
+    while True:
+        shape.feed(x, y)
+        schedule = shape.result()
+        if schedule is not None:
+            return schedule

@@ -56,7 +56,15 @@ def tail_trend(steps: np.ndarray, values: np.ndarray, tail: float = TAIL) -> Tre
     n = int(v.size * tail)
     if n < 20:
         return None
-    t, ts = v[-n:], st[-n:]
+    return tail_trend_of(v[-n:], int(st[-1] - st[-n]))
+
+
+def tail_trend_of(t: np.ndarray, span: int) -> Trend | None:
+    """:func:`tail_trend` of the tail itself: its finite values and the steps it spans (None
+    when under 20 values)."""
+    n = t.size
+    if n < 20:
+        return None
     q = max(n // 4, 5)
     a, b = median(t[:q]), median(t[-q:])
     if a == 0:
@@ -64,7 +72,7 @@ def tail_trend(steps: np.ndarray, values: np.ndarray, tail: float = TAIL) -> Tre
     resid = np.diff(t) / math.sqrt(2)  # the trend cancels out of neighbour differences
     sigma = 1.4826 * median(np.abs(resid - median(resid)))
     se = 1.2533 * sigma / math.sqrt(q) * math.sqrt(2)  # of the difference of two medians
-    return Trend((b - a) / abs(a), int(ts[-1] - ts[0]), abs(b - a) >= 3 * se)
+    return Trend((b - a) / abs(a), span, abs(b - a) >= 3 * se)
 
 
 def judge(
@@ -73,10 +81,23 @@ def judge(
     warmup_steps: int | None, last_step: int | None,
 ) -> Verdict:
     """What state the run ended in, and what to do next, from the curves and the alerts."""
+    return judge_from(
+        trend=tail_trend(*loss) if loss is not None else None,
+        turn=_val_turn(*val) if val is not None else None,
+        alerts=alerts, lr_peak=lr_peak, lr_final=lr_final, warmup_steps=warmup_steps,
+        last_step=last_step,
+    )
+
+
+def judge_from(
+    *, trend: Trend | None, turn: tuple[int, float, float, int] | None, alerts: Iterable[Alert],
+    lr_peak: float | None, lr_final: float | None, warmup_steps: int | None,
+    last_step: int | None,
+) -> Verdict:
+    """:func:`judge` given the loss's tail trend and the validation loss's turn (see
+    ``_val_turn``) rather than the curves they come from."""
     alerts = [a for a in alerts if SEVERITY_RANK.get(a.severity, 0) >= 1]
     first = {a.rule: a for a in sorted(alerts, key=lambda a: a.step)[::-1]}  # earliest per rule
-    trend = tail_trend(*loss) if loss is not None else None
-    turn = _val_turn(*val) if val is not None else None
     recs: list[str] = []
     unstable = [first[r] for r in UNSTABLE_RULES if r in first]
     bugs = [first[r] for r in BUG_RULES if r in first and first[r].severity == "error"]
