@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 
 from trainwatch.rules.detectors.episode import Episode
-from trainwatch.rules.detectors.stats import MAD_TO_SIGMA, strided_rows, windows
+from trainwatch.rules.detectors.stats import MAD_TO_SIGMA, min_max, strided_rows, windows
 
 if TYPE_CHECKING:  # (the config model lives with the rules, which import this module)
     from trainwatch.rules.builtin.spike_rule import SpikeConfig
@@ -224,7 +224,8 @@ class SpikeDetector:
         dens = [abs(v) or 1.0 for v in meds]
         if n_rows == 1:  # (a live frame within a block)
             rows, at = x.reshape(1, m), 0
-            top, bot = [float(np.maximum.reduce(x))], [float(np.minimum.reduce(x))]
+            lo_v, hi_v = min_max(x)
+            top, bot = [hi_v], [lo_v]
         else:
             grid = np.full(n_rows * k, math.nan)
             grid[off:off + m] = x
@@ -237,7 +238,7 @@ class SpikeDetector:
         # boundary); each row's bar from the last tail_window blocks before it
         dev[0] = max(self.blk_e, dev[0])
         h0 = len(self.e_hist)
-        hist = self.e_hist + dev[:n_bd]
+        hist = self.e_hist + dev[:n_bd] if n_bd else self.e_hist  # (read only without one)
         if not self.ok and g_warm < n_bd and cfg.tail_guard > 0:
             hi, med = his[0], meds[g_warm + 1]
             hist[h0 + g_warm] = max(hist[h0 + g_warm], warm_deviation(
@@ -251,17 +252,16 @@ class SpikeDetector:
         early_max = self.early_max
         if need:
             early_max = max(early_max, float(np.maximum.reduce(x[:need])))
-        severe = cfg.early_max_ratio * early_max
-        if cfg.early_max_fires and early_max > 0 and need < j and max(top) >= severe:
-            hit = np.flatnonzero(x[need:j] >= severe)
+        severe_at = cfg.early_max_ratio * early_max
+        if cfg.early_max_fires and early_max > 0 and need < j and max(top) >= severe_at:
+            hit = np.flatnonzero(x[need:j] >= severe_at)
             j = need + int(hit[0]) if hit.shape[0] else j
         if not j:
             return 0
-        # commit x[:j]
+        # commit x[:j]: nr boundaries reached, x[lo:j] in row nr
         self.acc = a[max(0, r + j - w):r + j]
         self.n_acc += j
         nr = (off + j) // k
-        """Boundaries reached: x[lo:j] are in row nr."""
         if nr:
             if nr - 1 >= g_warm:
                 self.ok, self.med = True, meds[nr]
@@ -272,9 +272,8 @@ class SpikeDetector:
         if j == m and lo < m:
             self.blk_e = max(self.blk_e, dev[nr])
         elif lo < j and self.ok:
-            md, dn = meds[nr], dens[nr]
-            self.blk_e = max(self.blk_e, (float(np.maximum.reduce(x[lo:j])) - md) / dn,
-                             (md - float(np.minimum.reduce(x[lo:j]))) / dn)
+            (lo_v, hi_v), md, dn = min_max(x[lo:j]), meds[nr], dens[nr]
+            self.blk_e = max(self.blk_e, (hi_v - md) / dn, (md - lo_v) / dn)
         take = min(j, need)
         if take:
             self.early_max = max(self.early_max, float(np.maximum.reduce(x[:take])))
