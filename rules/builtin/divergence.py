@@ -60,6 +60,8 @@ class DivergenceConfig(RuleBase):
     """An absolute smoothed loss above which it is an error (null: none)."""
 
 
+QUIET_END = 2
+"""Blocks not up in a row that end an episode (a new alert may then fire)."""
 LR_ROSE = 1.05
 """The LR's last value this much above its value ``2 window`` points before: it rose recently."""
 GRAD_GREW = 2.0
@@ -122,7 +124,7 @@ class DivergenceRule(Rule):
         self.up = 0
         self.run_z = []
         self.quiet += 1
-        if self.active and self.quiet >= 2:
+        if self.active and self.quiet >= QUIET_END:
             self.active = False
 
     def _block(self, frame: Frame, b: Blocks, i: int, med: float, level: float, mad: float,

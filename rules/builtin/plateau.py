@@ -25,7 +25,7 @@ from trainwatch.rules.config.models import RuleBase
 from trainwatch.rules.config.schema import integer, num, severity
 from trainwatch.rules.detectors.blocks import Blocks, shared_blocks
 from trainwatch.rules.detectors.evals import EvalPool
-from trainwatch.rules.detectors.stats import improving, median, noise_sd, small_median
+from trainwatch.rules.detectors.stats import MAD_TO_SIGMA, improving, median, noise_sd, small_median
 from trainwatch.rules.engine.alert import Cause
 from trainwatch.rules.engine.base import Context, Frame, Hit, Points, Rule, fmt, fmt3, pct, r6
 
@@ -68,6 +68,9 @@ LEVEL_DIFF = math.sqrt(1.0 + 0.449)
 data) minus the reference block, in standard errors of one block median."""
 TREND_WINDOWS = 400
 """Most window medians the trend test looks back over (its cost grows with the square)."""
+TREND_SPAN = 2
+"""The trend test reads the blocks since the best, up to this many patiences: on a noisy loss a
+trend needs length to show."""
 RETEST = 4
 """Past the patience, the trend test is run again every max(RETEST, patience / RETEST) blocks
 (every max(RETEST, val_patience / 2) evaluations): a Theil-Sen fit is not run at every block."""
@@ -213,9 +216,8 @@ class PlateauRule(Rule):
             return None
         if (self.wait - patience) % max(RETEST, patience // RETEST):
             return None
-        # a slow, steady improvement since the best is not a plateau (over the blocks since the
-        # last new best, up to twice the patience: on a noisy loss a trend needs length to show)
-        back = list(self.recent)[-min(self.since_best, 2 * patience, TREND_WINDOWS):]
+        # a slow, steady improvement since the best is not a plateau
+        back = list(self.recent)[-min(self.since_best, TREND_SPAN * patience, TREND_WINDOWS):]
         if improving(back, cfg.improving_tau, cfg.min_delta / 2):
             return None
         delta = max(cfg.min_delta, cfg.noise_factor * noise)
@@ -283,7 +285,7 @@ class PlateauRule(Rule):
         if v.shape[0] < 20:
             return 0.0
         m = median(v)
-        return 1.4826 * median(np.abs(v - m)) / abs(m) if m else 0.0
+        return MAD_TO_SIGMA * median(np.abs(v - m)) / abs(m) if m else 0.0
 
     def _fire(self, frame: Frame, pos: int, step: int, time: float, which: str, now: float,
               best: float, best_step: int, delta: float, span: int,

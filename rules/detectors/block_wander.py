@@ -113,21 +113,16 @@ class WanderSamples:
         self._start = 0
         """The index in the segment of the frame's first block (what picks its samples)."""
         self.last_read = (-1, 0.0)
-        """(the samples up to a block, the wander they give), the last computed: the samples
-        change once every ``EVERY`` blocks, so a rise under way, block after block, computes it
-        once per ``EVERY`` blocks, live or not."""
+        """(the count of samples up to a block, the wander they give), the last computed: the
+        samples change once every ``EVERY`` blocks, so a rise under way, block after block, sorts
+        them once per ``EVERY`` blocks."""
 
     def start_frame(self, start: int, med: np.ndarray) -> None:
         """The next frame's blocks, ``med``, start at index ``start`` of the segment."""
         prev = self._med
         if prev is not None:  # (the previous frame's samples: blocks EVERY - 1, 2 EVERY - 1, ...)
             first = (EVERY - 1 - self._start) % EVERY
-            n = prev.shape[0]
-            if n <= EVERY:  # (a live frame: one sample or none, no slice made)
-                if first < n:
-                    self._kept.append(prev.item(first))
-            elif first < n:
-                self._kept.extend(prev[first::EVERY][-KEEP:].tolist())
+            self._kept.extend(prev[first::EVERY].tolist())
         self._start, self._med = start, med
 
     def at(self, i: int) -> float:
@@ -144,9 +139,3 @@ class WanderSamples:
         val = wander(seq[-KEEP:])
         self.last_read = (count, val)
         return val
-
-    def __repr__(self) -> str:
-        # what is carried to the next frame (tests compare rules' states by their repr); the last
-        # read is a cache of what the samples give
-        med = None if self._med is None else self._med.tolist()
-        return f"WanderSamples({list(self._kept)!r}, {self._start}, {med!r})"
