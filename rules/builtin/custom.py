@@ -2,7 +2,8 @@
 
 A rule fires when its metric (a series name, or a role) has been above ``above`` (or below
 ``below``) for ``for_steps`` steps: from the first point of the run of violations to the current
-one, ``step - first + 1 >= for_steps``. It fires once per run of violations.
+one, ``step - first + 1 >= for_steps``. It fires once per run of violations. A value that is
+not finite (NaN, inf) neither continues nor ends a run (``nan_inf`` tells it).
 
 A metric named by role follows the role: when the role moves to another series mid-run (a name
 ranked higher for it appears, perhaps at another scale), the count starts over on the new series
