@@ -52,9 +52,9 @@ from bench.synthetic import (
     parse_chunks,
     zero_clean_run,
 )
+from trainwatch.commands.check import feed_run
 from trainwatch.load import LoadedRun
 from trainwatch.rules import RuleEngine, load_rules_config
-from trainwatch.rules.commands.check import feed_run
 from trainwatch.rules.engine.alert import SEVERITY_RANK, Alert
 
 RECALL_TARGET = 0.95

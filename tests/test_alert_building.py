@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from trainwatch.commands.check import feed_run
 from trainwatch.load import LoadedRun
 from trainwatch.rules import RuleEngine, load_rules_config
 from trainwatch.rules.builtin import (
@@ -30,7 +31,6 @@ from trainwatch.rules.builtin import learning_stalled as stalled
 from trainwatch.rules.builtin import lr_exhausted as lr
 from trainwatch.rules.builtin import stalled_stream as stream
 from trainwatch.rules.builtin import throughput_drop as throughput
-from trainwatch.rules.commands.check import feed_run
 from trainwatch.rules.engine.alert import Alert, Cause
 from trainwatch.rules.engine.base import Rule, make_hit, r6, rank_causes
 

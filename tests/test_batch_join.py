@@ -1,5 +1,5 @@
 """Joining consecutive record batches (``trainwatch.batch.join_batches``) and the backfill that
-feeds joined batches to the rule engine (``trainwatch.rules.commands.check.backfill_batches``)."""
+feeds joined batches to the rule engine (``trainwatch.commands.check.backfill_batches``)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from test_engine import _faulty
 from test_rules_data import clean, idx, parse_all, parse_live, to_jsonl
 
 from trainwatch.batch import RecordBatch, concat_batches, empty_batch, join_batches
+from trainwatch.commands.check import backfill_batches
 from trainwatch.formats.jsonl import JsonlParser
 from trainwatch.rules import RuleEngine, load_rules_config
-from trainwatch.rules.commands.check import backfill_batches
 
 CFG = load_rules_config()
 

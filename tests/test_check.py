@@ -10,10 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from trainwatch.formats.jsonl import JsonlParser
-from trainwatch.load import load_run
-from trainwatch.rules import load_rules_config
-from trainwatch.rules.commands.check import (
+from trainwatch.commands.check import (
     CheckResult,
     count_steps,
     exit_code,
@@ -22,7 +19,10 @@ from trainwatch.rules.commands.check import (
     run_check,
     summarize,
 )
-from trainwatch.rules.commands.tally import RunTally
+from trainwatch.commands.tally import RunTally
+from trainwatch.formats.jsonl import JsonlParser
+from trainwatch.load import load_run
+from trainwatch.rules import load_rules_config
 from trainwatch.rules.engine.alert import Alert, Cause
 
 # bench/ is not a package of the project: make the repository root importable

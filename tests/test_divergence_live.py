@@ -13,10 +13,10 @@ import pytest
 from test_rules_data import parse_live
 
 from bench.synthetic import fault_run
+from trainwatch.commands.check import feed_run
 from trainwatch.load import LoadedRun
 from trainwatch.rules import RuleEngine, load_rules_config
 from trainwatch.rules.builtin.divergence import DivergenceRule
-from trainwatch.rules.commands.check import feed_run
 from trainwatch.rules.detectors.block_wander import EVERY, HISTORY, wander
 from trainwatch.rules.detectors.blocks import Blocks
 from trainwatch.rules.detectors.rise_bars import (

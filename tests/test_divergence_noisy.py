@@ -15,10 +15,10 @@ import pytest
 from block_frames import cut_and_whole
 
 from bench.synthetic import NOISY_DRAWS, clean_run, noisy_flat_run, parse_chunks
+from trainwatch.commands.check import feed_run
 from trainwatch.load import LoadedRun
 from trainwatch.rules import RuleEngine, load_rules_config
 from trainwatch.rules.builtin.divergence import DivergenceRule
-from trainwatch.rules.commands.check import feed_run
 from trainwatch.rules.detectors.rise_bars import (
     MAD_SCALE,
     bar_scale,

@@ -34,6 +34,8 @@ CORE_MODULES = [
     "trainwatch.inspect",
     "trainwatch.cli",
     "trainwatch.rules",
+    "trainwatch.commands.check",
+    "trainwatch.commands.report",
     "trainwatch.trainer.supervise",
 ]
 
@@ -79,8 +81,8 @@ def test_check_and_report_do_not_import_numpy_ma(tmp_path):
     run = tmp_path / "metrics.jsonl"
     run.write_text("".join(f'{{"step": {i}, "loss": {1.0 / (i + 1)}, "val_loss": {2.0 / (i + 1)}, '
                            f'"lr": 0.001, "time": {1700000000 + i}}}\n' for i in range(300)))
-    stmt = ("from trainwatch.rules.commands.report import build_report\n"
-            "from trainwatch.rules.commands.check import run_check\n"
+    stmt = ("from trainwatch.commands.report import build_report\n"
+            "from trainwatch.commands.check import run_check\n"
             "from trainwatch.load import load_run\n"
             "from trainwatch.rules import load_rules_config\n"
             f"run = load_run({str(run)!r})\n"

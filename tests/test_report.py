@@ -11,10 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from trainwatch.formats.jsonl import JsonlParser
-from trainwatch.load import load_run
-from trainwatch.rules import load_rules_config
-from trainwatch.rules.commands.report import (
+from trainwatch.commands.report import (
     Series,
     build_report,
     classify_lr,
@@ -27,6 +24,9 @@ from trainwatch.rules.commands.report import (
     summarize_metric,
     tail_trend,
 )
+from trainwatch.formats.jsonl import JsonlParser
+from trainwatch.load import load_run
+from trainwatch.rules import load_rules_config
 from trainwatch.rules.engine.alert import Alert, Cause
 
 # bench/ is not a package of the project: make the repository root importable

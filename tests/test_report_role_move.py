@@ -14,16 +14,16 @@ from pathlib import Path
 
 import pytest
 
-from trainwatch.formats.jsonl import JsonlParser
-from trainwatch.load import load_run
-from trainwatch.roles import RoleTable
-from trainwatch.rules import load_rules_config
-from trainwatch.rules.commands.report import (
+from trainwatch.commands.report import (
     build_report,
     format_report_json,
     format_report_markdown,
 )
-from trainwatch.rules.commands.run_summary import RoleMove, role_moves
+from trainwatch.commands.run_summary import RoleMove, role_moves
+from trainwatch.formats.jsonl import JsonlParser
+from trainwatch.load import load_run
+from trainwatch.roles import RoleTable
+from trainwatch.rules import load_rules_config
 
 MOVE = 1001
 """First step that logs the new names (``loss``, ``lr``, ``throughput``, ``step_time``; the first

@@ -11,9 +11,9 @@ import numpy as np
 from test_rules_data import parse_live
 
 from bench.synthetic import clean_run
+from trainwatch.commands.check import feed_run
 from trainwatch.load import LoadedRun
 from trainwatch.rules import RuleEngine, load_rules_config
-from trainwatch.rules.commands.check import feed_run
 
 
 def _live_and_whole(data: bytes, name: str) -> None:

@@ -16,31 +16,28 @@ import numpy as np
 import pytest
 
 from trainwatch.batch import RecordBatch, iter_joined
-from trainwatch.load import LoadedRun, LoadError, load_run
-from trainwatch.roles import DEFAULT_ROLES
-from trainwatch.rules import load_rules_config
-from trainwatch.rules.commands import series_walk
-from trainwatch.rules.commands.check import (
+from trainwatch.commands import series_walk
+from trainwatch.commands.check import (
     BACKFILL_JOIN,
     backfill_batches,
     count_steps,
     run_check,
 )
-from trainwatch.rules.commands.report import (
+from trainwatch.commands.report import (
     BARS,
     build_report,
     classify_lr,
     spark_text,
     sparkline,
 )
-from trainwatch.rules.commands.run_summary import (
+from trainwatch.commands.run_summary import (
     Series,
     collect_series,
     moving_average,
     role_moves,
     summarize_metric,
 )
-from trainwatch.rules.commands.series_walk import (
+from trainwatch.commands.series_walk import (
     ExactMedian,
     LrAcc,
     MetricAcc,
@@ -49,8 +46,11 @@ from trainwatch.rules.commands.series_walk import (
     TailAcc,
     ValTurnAcc,
 )
-from trainwatch.rules.commands.tally import RunTally, SeriesTally, StepSet, Thinned
-from trainwatch.rules.commands.verdict import TAIL, _val_turn, tail_trend, tail_trend_of
+from trainwatch.commands.tally import RunTally, SeriesTally, StepSet, Thinned
+from trainwatch.commands.verdict import TAIL, _val_turn, tail_trend, tail_trend_of
+from trainwatch.load import LoadedRun, LoadError, load_run
+from trainwatch.roles import DEFAULT_ROLES
+from trainwatch.rules import load_rules_config
 from trainwatch.rules.detectors.stats import distinct, median
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))

@@ -224,7 +224,7 @@ def cmd_check(argv: Sequence[str]) -> int:
     p.add_argument("--fail-on", choices=("error", "warning", "info", "never"), default="error")
     p.add_argument("--run", metavar="NAME_OR_ID", help=RUN_HELP)
     a = p.parse_args(argv)
-    from trainwatch.rules.commands.check import (
+    from trainwatch.commands.check import (
         exit_code,
         format_check_json,
         format_check_text,
@@ -254,8 +254,8 @@ def cmd_report(argv: Sequence[str]) -> int:
     p.add_argument("--format", choices=("markdown", "json"), default="markdown")
     p.add_argument("--run", metavar="NAME_OR_ID", help=RUN_HELP)
     a = p.parse_args(argv)
-    from trainwatch.rules.commands.check import run_check
-    from trainwatch.rules.commands.report import (
+    from trainwatch.commands.check import run_check
+    from trainwatch.commands.report import (
         build_report,
         format_report_json,
         format_report_markdown,

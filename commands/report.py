@@ -3,8 +3,8 @@
 Steps, duration, speed, train and validation loss (final, best and where), the learning-rate
 schedule that was actually used, every alert with its diagnosis, a verdict (unstable, overfitting,
 underfitting, converged...) and concrete next steps. :func:`build_report` does the analysis; the
-formatters only print. The maths on series live in :mod:`trainwatch.rules.commands.run_summary` and the
-judgement in :mod:`trainwatch.rules.commands.verdict` (their public names are re-exported here).
+formatters only print. The maths on series live in :mod:`trainwatch.commands.run_summary` and the
+judgement in :mod:`trainwatch.commands.verdict` (their public names are re-exported here).
 """
 
 from __future__ import annotations
@@ -17,10 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from trainwatch.humanize import fmt_count, fmt_duration, fmt_num
-from trainwatch.roles import DEFAULT_ROLES, RoleTable
-from trainwatch.rules.commands.check import CheckResult, describe_alert, run_check
-from trainwatch.rules.commands.run_summary import (
+from trainwatch.commands.check import CheckResult, describe_alert, run_check
+from trainwatch.commands.run_summary import (
     LrSchedule,
     MetricSummary,
     RoleMove,
@@ -32,7 +30,7 @@ from trainwatch.rules.commands.run_summary import (
     role_moves,
     summarize_metric,
 )
-from trainwatch.rules.commands.series_walk import (
+from trainwatch.commands.series_walk import (
     ExactMedian,
     LrAcc,
     MetricAcc,
@@ -41,8 +39,8 @@ from trainwatch.rules.commands.series_walk import (
     ValTurnAcc,
     walk_series,
 )
-from trainwatch.rules.commands.tally import RunTally, SeriesTally
-from trainwatch.rules.commands.verdict import (
+from trainwatch.commands.tally import RunTally, SeriesTally
+from trainwatch.commands.verdict import (
     FLAT,
     STUCK_RULES,
     TAIL,
@@ -54,6 +52,8 @@ from trainwatch.rules.commands.verdict import (
     tail_trend,
     tail_trend_of,
 )
+from trainwatch.humanize import fmt_count, fmt_duration, fmt_num
+from trainwatch.roles import DEFAULT_ROLES, RoleTable
 from trainwatch.rules.engine.alert import SEVERITY_RANK, Alert, json_safe
 from trainwatch.safe_text import clean
 
@@ -118,7 +118,7 @@ def build_report(run: LoadedRun, cfg: Any, checked: CheckResult | None = None) -
 
     The main stream is walked once for the rules and the run's counts (:class:`RunTally`), then
     once more for the series of the roles the report shows, whose figures are summed up as they
-    go by (:mod:`~trainwatch.rules.commands.series_walk`); a series whose points a resumed
+    go by (:mod:`~trainwatch.commands.series_walk`); a series whose points a resumed
     segment rewrote is counted again first, and a median of more values than are held takes a
     walk or two more. No series is held whole (#15)."""
     result = checked if checked is not None else run_check(run, cfg)

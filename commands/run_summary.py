@@ -1,8 +1,8 @@
 """The series maths of a finished run: whole-run series, metric summaries, the LR schedule,
 the roles that moved to another series mid-run.
 
-Small pure functions on numpy arrays, tested on their own; :mod:`trainwatch.rules.commands.report` puts
-their results in the report and :mod:`trainwatch.rules.commands.verdict` judges the run from them.
+Small pure functions on numpy arrays, tested on their own; :mod:`trainwatch.commands.report` puts
+their results in the report and :mod:`trainwatch.commands.verdict` judges the run from them.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 
 from trainwatch.batch import RecordBatch
+from trainwatch.commands.lr_shape import LrSchedule, LrShape
 from trainwatch.roles import ROLES, RoleTable
-from trainwatch.rules.commands.lr_shape import LrSchedule, LrShape
 from trainwatch.rules.detectors.stats import distinct
 
 
@@ -158,7 +158,7 @@ def moving_average(v: np.ndarray, w: int) -> np.ndarray:
 def classify_lr(steps: np.ndarray, lr: np.ndarray) -> LrSchedule | None:
     """Name the schedule a learning-rate series followed: warmup, then constant, step, linear,
     cosine or another decay (or ``cyclic`` when it rises again after decaying); see
-    :class:`~trainwatch.rules.commands.lr_shape.LrShape`, fed the whole series here."""
+    :class:`~trainwatch.commands.lr_shape.LrShape`, fed the whole series here."""
     ok = np.isfinite(lr)
     x, y = steps[ok], lr[ok].astype(np.float64)
     if y.size == 0:

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from trainwatch.commands.run_summary import moving_average
 from trainwatch.humanize import fmt_count, fmt_num
-from trainwatch.rules.commands.run_summary import moving_average
 from trainwatch.rules.detectors.stats import median
 from trainwatch.rules.engine.alert import SEVERITY_RANK, Alert
 

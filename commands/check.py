@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trainwatch.batch import RecordBatch, concat_batches, joinable
+from trainwatch.commands.tally import RunTally, StepSet
 from trainwatch.humanize import fmt_count, fmt_duration, fmt_num
 from trainwatch.roles import DEFAULT_ROLES
-from trainwatch.rules.commands.tally import RunTally, StepSet
 from trainwatch.rules.engine.alert import SEVERITY_RANK, Alert
 from trainwatch.safe_text import clean
 

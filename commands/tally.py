@@ -140,7 +140,7 @@ class SeriesTally:
 
     def cutoffs(self) -> dict[int, int] | None:
         """segment -> the first step a later segment rewrote (points at or after it are dropped,
-        as :func:`~trainwatch.rules.commands.run_summary.collect_series` drops them); None when
+        as :func:`~trainwatch.commands.run_summary.collect_series` drops them); None when
         the series has one segment. Segments nothing later rewrote are left out."""
         if len(self.segments) < 2:
             return None

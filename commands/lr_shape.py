@@ -1,6 +1,6 @@
 """Which schedule a learning-rate series followed, judged from the series streamed past in
 chunks (:class:`LrShape`): warmup, then constant, step, linear, cosine or another decay, or
-``cyclic``. :func:`~trainwatch.rules.commands.run_summary.classify_lr` is this fed the whole
+``cyclic``. :func:`~trainwatch.commands.run_summary.classify_lr` is this fed the whole
 series at once; ``report`` feeds it chunk by chunk and holds none of it (#15).
 
 The shape needs the series' peak before it starts (where the warmup ends is judged against it)

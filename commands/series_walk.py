@@ -3,7 +3,7 @@ chunk, instead of from the whole series in memory (#15).
 
 Each accumulator is told, before the walk, how many points (and finite points) the series has,
 from the tally of the first walk; then it gives exactly what the whole-array function of
-:mod:`~trainwatch.rules.commands.run_summary`, :mod:`~trainwatch.rules.commands.verdict` or the
+:mod:`~trainwatch.commands.run_summary`, :mod:`~trainwatch.commands.verdict` or the
 report's sparkline gives (tested against them), holding at most: a moving window, one sparkline
 bucket, the loss's last ``TAIL`` share of finite values (what the tail trend takes the medians
 of), and the middle of a median (:class:`ExactMedian`, which walks the file again when the
@@ -18,9 +18,9 @@ from collections.abc import Iterable, Iterator, Mapping
 import numpy as np
 
 from trainwatch.batch import RecordBatch
-from trainwatch.rules.commands.lr_shape import LrSchedule, LrShape
-from trainwatch.rules.commands.run_summary import MetricSummary
-from trainwatch.rules.commands.tally import SeriesTally
+from trainwatch.commands.lr_shape import LrSchedule, LrShape
+from trainwatch.commands.run_summary import MetricSummary
+from trainwatch.commands.tally import SeriesTally
 
 HOLD = 1 << 17
 """Values an accumulator may hold at once (1 MiB of float64) where it cannot stream."""
@@ -47,7 +47,7 @@ def walk_series(
 
 class MovingMin:
     """The lowest trailing ``w``-point mean of a stream of finite values, as
-    :func:`~trainwatch.rules.commands.run_summary.moving_average` then ``np.argmin`` give it (the
+    :func:`~trainwatch.commands.run_summary.moving_average` then ``np.argmin`` give it (the
     first lowest, or the first NaN), and the last mean. The running sum goes on from chunk to
     chunk as one ``cumsum`` would (the same sums, bit for bit); its last ``w + 1`` are held."""
 
@@ -96,7 +96,7 @@ class OneWalk:
 
 
 class MetricAcc(OneWalk):
-    """:func:`~trainwatch.rules.commands.run_summary.summarize_metric` of a streamed series."""
+    """:func:`~trainwatch.commands.run_summary.summarize_metric` of a streamed series."""
 
     def __init__(self, name: str, points: int, finite: int, smooth: bool = True) -> None:
         self.name, self.points, self.finite = name, points, finite
@@ -138,7 +138,7 @@ class MetricAcc(OneWalk):
 
 
 class ValTurnAcc(OneWalk):
-    """:func:`~trainwatch.rules.commands.verdict._val_turn` of a streamed validation series."""
+    """:func:`~trainwatch.commands.verdict._val_turn` of a streamed validation series."""
 
     def __init__(self, finite: int) -> None:
         self.finite = finite
@@ -340,7 +340,7 @@ class ExactMedian:
 
 
 class LrAcc:
-    """The LR schedule of a streamed series (:class:`~trainwatch.rules.commands.lr_shape.
+    """The LR schedule of a streamed series (:class:`~trainwatch.commands.lr_shape.
     LrShape`, told the series' peak and last step by its tally): one walk, or two when the LR
     sat at ~0 for the end of the run."""
 
