@@ -13,8 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from trainwatch.rules.builtin.state_detach import DETACH_CAUSES, DETACH_FIXES, DetachConfig
-from trainwatch.rules.config.models import RuleBase
-from trainwatch.rules.config.schema import integer
+from trainwatch.rules.config.schema import RuleBase, integer
 from trainwatch.rules.engine.base import Hit, make_hit
 
 

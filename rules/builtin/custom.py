@@ -42,6 +42,9 @@ class CustomRule(Rule):
         self.id = cfg.id
         self.rewind()
 
+    def names_read(self) -> tuple[str, ...]:
+        return (self.cfg.metric,)
+
     def rewind(self) -> None:
         self.first: int | None = None
         """Step of the first point of the current run of violations."""

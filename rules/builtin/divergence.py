@@ -28,8 +28,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from trainwatch.rules.config.models import RuleBase
-from trainwatch.rules.config.schema import integer, num, opt_num
+from trainwatch.rules.config.schema import RuleBase, integer, num, opt_num
 from trainwatch.rules.detectors.block_levels import BlockLevels
 from trainwatch.rules.detectors.block_wander import WanderSamples
 from trainwatch.rules.detectors.blocks import Blocks, shared_blocks

@@ -21,8 +21,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from trainwatch.rules.config.models import RuleBase
-from trainwatch.rules.config.schema import integer, num
+from trainwatch.rules.config.schema import RuleBase, integer, num
 from trainwatch.rules.detectors.blocks import EMPTY, Blocks, BlockStream, shared_blocks
 from trainwatch.rules.engine.base import Context, Frame, Hit, Points, Rule, fmt, r6, rank_causes
 

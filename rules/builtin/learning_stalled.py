@@ -16,8 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from trainwatch.rules.config.models import RuleBase
-from trainwatch.rules.config.schema import integer
+from trainwatch.rules.config.schema import RuleBase, integer
 from trainwatch.rules.engine.alert import Cause
 from trainwatch.rules.engine.base import Context, Frame, Hit, Points, Rule, fmt, r6, rank_causes
 

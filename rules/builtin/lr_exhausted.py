@@ -16,8 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from trainwatch.rules.config.models import RuleBase
-from trainwatch.rules.config.schema import integer, num
+from trainwatch.rules.config.schema import RuleBase, integer, num
 from trainwatch.rules.detectors.blocks import Blocks, shared_blocks
 from trainwatch.rules.detectors.stats import min_max, true_runs
 from trainwatch.rules.engine.base import (

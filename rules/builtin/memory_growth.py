@@ -15,18 +15,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from trainwatch.rules.builtin.state_detach import (
-    DetachConfig,
-    StateDetachRule,
     finite_of,
     memory_window,
     span_cap,
 )
-from trainwatch.rules.config.models import RuleBase
-from trainwatch.rules.config.schema import integer, num
+from trainwatch.rules.config.schema import RuleBase, integer, num
 from trainwatch.rules.detectors.growth import Episodes, Tail
 from trainwatch.rules.engine.base import Context, Frame, Hit, Rule, fmt, make_hit, pct, rank_causes
-
-__all__ = ["GrowthAnalysis", "MemoryConfig", "MemoryGrowthRule", "StateDetachRule"]
 
 
 @dataclass(frozen=True)
@@ -58,10 +53,9 @@ class MemoryGrowthRule(Rule):
     id = "memory_growth"
     roles_read = ("step_time", "memory")
 
-    def __init__(self, cfg: MemoryConfig, ctx: Context,
-                 both: tuple[MemoryConfig, DetachConfig]) -> None:
+    def __init__(self, cfg: MemoryConfig, ctx: Context) -> None:
         super().__init__(cfg, ctx)
-        self.det = det = both[1]
+        self.det = det = ctx.config.rules["state_detach"]
         """``state_detach``'s parameters: its bars tell a steady step-time ramp."""
         self.cap = span_cap(cfg, det)
         self.memory, self.time = Tail(self.cap), Tail(self.cap)
@@ -107,10 +101,3 @@ class MemoryGrowthRule(Rule):
                            "on the machine?)." if up else "is flat."),
                 evidence=evidence, causes=_CAUSES, fixes=_FIXES))
         return hits
-
-
-def GrowthAnalysis(mem: MemoryConfig, det: DetachConfig, ctx: Context
-                   ) -> tuple[MemoryConfig, DetachConfig]:
-    """The engine's hook for the two growth rules (it builds them together, state_detach first,
-    with this as their third argument): the two configs, as each reads the other's."""
-    return mem, det

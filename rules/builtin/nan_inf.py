@@ -17,8 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from trainwatch.rules.config.models import RuleBase
-from trainwatch.rules.config.schema import integer, names, num, roles, severity
+from trainwatch.rules.config.schema import RuleBase, integer, names, num, roles, severity
 from trainwatch.rules.detectors.episode import ESCALATE, START_ESCALATED, Episode
 from trainwatch.rules.detectors.stats import median
 from trainwatch.rules.engine.base import Context, Frame, Hit, Points, Rule, fmt, r6
@@ -68,6 +67,9 @@ class NanInfRule(Rule):
             *((role, None) for role in roles), *((name, name) for name in cfg.metrics)]
         """(label, series name) of the watched series: roles (their series is the frame's)
         first, in reporting order, then the series watched by name."""
+
+    def names_read(self) -> tuple[str, ...]:
+        return tuple(self.cfg.metrics)
 
     def rewind(self) -> None:
         self.episode.reset()

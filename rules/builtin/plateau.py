@@ -21,8 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from trainwatch.rules.config.models import RuleBase
-from trainwatch.rules.config.schema import integer, num, severity
+from trainwatch.rules.config.schema import RuleBase, integer, num, severity
 from trainwatch.rules.detectors.blocks import Blocks, shared_blocks
 from trainwatch.rules.detectors.evals import EvalPool
 from trainwatch.rules.detectors.stats import MAD_TO_SIGMA, improving, median, noise_sd, small_median

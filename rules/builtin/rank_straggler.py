@@ -21,8 +21,7 @@ import numpy as np
 from trainwatch.batch import RecordBatch
 from trainwatch.humanize import fmt_duration
 from trainwatch.roles import RoleTable
-from trainwatch.rules.config.models import RuleBase
-from trainwatch.rules.config.schema import integer, num
+from trainwatch.rules.config.schema import RuleBase, integer, num
 from trainwatch.rules.detectors.stats import distinct
 from trainwatch.rules.engine.base import Hit, make_hit, r6, rank_causes
 

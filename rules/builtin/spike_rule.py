@@ -8,8 +8,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from trainwatch.rules.config.models import RuleBase
-from trainwatch.rules.config.schema import flag, integer, num
+from trainwatch.rules.config.schema import RuleBase, flag, integer, num
 from trainwatch.rules.detectors.episode import ESCALATE, START_ESCALATED
 from trainwatch.rules.detectors.spike import SpikeDetector, SpikeEvent
 from trainwatch.rules.engine.alert import Cause

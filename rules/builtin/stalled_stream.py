@@ -24,8 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from trainwatch.humanize import fmt_duration
-from trainwatch.rules.config.models import RuleBase
-from trainwatch.rules.config.schema import events, integer, num
+from trainwatch.rules.config.schema import RuleBase, events, integer, num
 from trainwatch.rules.detectors.stats import median
 from trainwatch.rules.engine.base import Context, Frame, Hit, Rule, rank_causes
 

@@ -26,8 +26,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from trainwatch.rules.config.models import RuleBase
-from trainwatch.rules.config.schema import flag, integer, names, num, severity
+from trainwatch.rules.config.schema import RuleBase, flag, integer, names, num, severity
 from trainwatch.rules.detectors.episode import START, START_ESCALATED, Episode
 from trainwatch.rules.detectors.growth import (
     MIN_POINTS,
@@ -162,10 +161,9 @@ class StateDetachRule(Rule):
     roles_read = ("step_time", "memory")
     reads_unresolved = (("memory", "step_time"),)  # (no memory: the step time alone, time_only)
 
-    def __init__(self, cfg: DetachConfig, ctx: Context,
-                 both: tuple[MemoryConfig, DetachConfig]) -> None:
+    def __init__(self, cfg: DetachConfig, ctx: Context) -> None:
         super().__init__(cfg, ctx)
-        self.mem = mem = both[0]
+        self.mem = mem = ctx.config.rules["memory_growth"]
         """``memory_growth``'s parameters: (d) reads its windows, and (b), (c) yield to it."""
         self.cap = span_cap(mem, cfg)
         self.time, self.memory = Tail(self.cap), Tail(self.cap)
@@ -173,6 +171,9 @@ class StateDetachRule(Rule):
         self.probe = Episode(rearm=PROBE_REARM, cooldown=0)
         self.rises = Episodes(mem.min_rho, mem.min_growth)
         self.rewind()
+
+    def names_read(self) -> tuple[str, ...]:
+        return (*self.cfg.probe_metrics, *self.cfg.graph_metrics)
 
     def rewind(self) -> None:
         for tail in (self.time, self.memory, self.graph):

@@ -19,8 +19,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from trainwatch.humanize import fmt_duration
-from trainwatch.rules.config.models import RuleBase
-from trainwatch.rules.config.schema import integer, num
+from trainwatch.rules.config.schema import RuleBase, integer, num
 from trainwatch.rules.detectors.blocks import Blocks, BlockStream
 from trainwatch.rules.detectors.stats import small_median
 from trainwatch.rules.engine.alert import Cause

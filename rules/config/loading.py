@@ -21,8 +21,15 @@ from typing import Any
 import yaml
 
 from trainwatch.roles import DEFAULT_ROLES, ROLES, RoleTable
-from trainwatch.rules.config.models import RULE_IDS, RULE_MODELS, RuleBase
-from trainwatch.rules.config.schema import Bad, Check, ConfigError, build_model, validate_section
+from trainwatch.rules.config.models import RULE_IDS, RULE_MODELS
+from trainwatch.rules.config.schema import (
+    Bad,
+    Check,
+    ConfigError,
+    RuleBase,
+    build_model,
+    validate_section,
+)
 
 PACKAGED_NAME = "rules.yaml"
 _ID = re.compile(r"^[a-z][a-z0-9_]{0,63}$")

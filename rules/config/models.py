@@ -8,20 +8,6 @@ values of the watched series, "steps" count training steps, "windows" count bloc
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from trainwatch.rules.config.schema import flag, severity
-
-
-@dataclass(frozen=True)
-class RuleBase:
-    enabled: bool = flag()
-    severity: str = severity()
-    """Severity of the rule's first alert in an episode (escalations are errors)."""
-
-
-# the models live with their rules (those modules import RuleBase from here: imported once it
-# is defined)
 from trainwatch.rules.builtin.console_error import ConsoleConfig
 from trainwatch.rules.builtin.divergence import DivergenceConfig
 from trainwatch.rules.builtin.grad_vanishing import VanishingConfig
@@ -37,6 +23,7 @@ from trainwatch.rules.builtin.stalled_stream import StreamConfig
 from trainwatch.rules.builtin.state_detach import DetachConfig
 from trainwatch.rules.builtin.step_time_outlier import StepTimeConfig
 from trainwatch.rules.builtin.throughput_drop import ThroughputConfig
+from trainwatch.rules.config.schema import RuleBase
 
 RULE_MODELS: dict[str, type[RuleBase]] = {
     "nan_inf": NanInfConfig,

@@ -156,6 +156,16 @@ def text() -> Any:
     return _f("text")
 
 
+@dataclass(frozen=True)
+class RuleBase:
+    """What every built-in rule's config has; each rule's module subclasses it with its own keys
+    (the rule's parameters, beside the rule that reads them)."""
+
+    enabled: bool = flag()
+    severity: str = severity()
+    """Severity of the rule's first alert in an episode (escalations are errors)."""
+
+
 def check_of(f: Field[Any]) -> Check:
     return f.metadata["check"]
 

@@ -128,7 +128,9 @@ class Context:
     answers it.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, config: Any = None) -> None:
+        self.config = config
+        """The whole rules config (:class:`~trainwatch.rules.config.loading.RulesConfig`)."""
         self._hist: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         """role -> (pos, steps, values): the last HISTORY finite values before this frame."""
         self.frame: Frame | None = None
@@ -204,10 +206,15 @@ _NO_HISTORY = (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64),
 
 
 class Rule:
-    """A built-in rule: fed frames in order, returns hits. Subclasses set ``id``."""
+    """A rule: fed frames in order, returns hits.
+
+    A subclass sets ``id`` and declares what it reads: ``roles_read`` (and ``reads_unresolved``)
+    for series by role, :meth:`names_read` for series by exact name. It is built with its own
+    config section and the run's :class:`Context` (``ctx.config`` holds every rule's settings,
+    for the few rules that weigh another's parameters).
+    """
 
     id: str = ""
-    order: int = 0
     reads_unresolved: tuple[tuple[str, str], ...] = ()
     """(role, the role the rule reads instead while no series of the first is seen): a fallback,
     throughput from the step time. When the fallback's series is there, the engine counts a
@@ -222,6 +229,10 @@ class Rule:
     def __init__(self, cfg: Any, ctx: Context) -> None:
         self.cfg = cfg
         self.ctx = ctx
+
+    def names_read(self) -> tuple[str, ...]:
+        """Series the rule reads by exact name, whatever the roles (they join the frame)."""
+        return ()
 
     def update(self, frame: Frame) -> list[Hit]:
         return []

@@ -30,16 +30,19 @@ from trainwatch.batch import RecordBatch
 from trainwatch.rules.builtin.console_error import ConsoleRule
 from trainwatch.rules.builtin.custom import CustomRule
 from trainwatch.rules.builtin.divergence import DivergenceRule
+from trainwatch.rules.builtin.grad_explosion import GradExplosionRule
 from trainwatch.rules.builtin.grad_vanishing import GradVanishingRule
 from trainwatch.rules.builtin.learning_stalled import LearningStalledRule
+from trainwatch.rules.builtin.loss_spike import LossSpikeRule
 from trainwatch.rules.builtin.lr_exhausted import LrExhaustedRule
-from trainwatch.rules.builtin.memory_growth import GrowthAnalysis, MemoryGrowthRule, StateDetachRule
+from trainwatch.rules.builtin.memory_growth import MemoryGrowthRule
 from trainwatch.rules.builtin.nan_inf import NanInfRule
 from trainwatch.rules.builtin.overfit import OverfitRule
 from trainwatch.rules.builtin.plateau import PlateauRule
 from trainwatch.rules.builtin.rank_straggler import RankStraggler
-from trainwatch.rules.builtin.spikes import GradExplosionRule, LossSpikeRule, StepTimeOutlierRule
 from trainwatch.rules.builtin.stalled_stream import StalledStreamRule
+from trainwatch.rules.builtin.state_detach import StateDetachRule
+from trainwatch.rules.builtin.step_time_outlier import StepTimeOutlierRule
 from trainwatch.rules.builtin.throughput_drop import ThroughputDropRule
 from trainwatch.rules.config.loading import RulesConfig, load_rules_config
 from trainwatch.rules.config.models import RULE_IDS
@@ -49,12 +52,13 @@ from trainwatch.rules.engine.framing import NO_ROWS, event_rows, frame_of
 
 # Frame order: a rule that another one consults runs first (grad spikes before loss spikes
 # and NaNs, state_detach before memory_growth and throughput_drop, overfit before plateau).
-_FRAME_RULES: tuple[tuple[str, type[Rule] | None], ...] = (
+_FRAME_RULES: tuple[tuple[str, type[Rule]], ...] = (
     ("grad_explosion", GradExplosionRule),
     ("loss_spike", LossSpikeRule),
     ("step_time_outlier", StepTimeOutlierRule),
     ("nan_inf", NanInfRule),
-    ("state_detach", None),  # with memory_growth: one GrowthAnalysis, two rule ids
+    ("state_detach", StateDetachRule),
+    ("memory_growth", MemoryGrowthRule),
     ("throughput_drop", ThroughputDropRule),
     ("learning_stalled", LearningStalledRule),
     ("grad_vanishing", GradVanishingRule),
@@ -94,19 +98,11 @@ class RuleEngine:
     def _build(self) -> None:
         cfg = self.cfg
         plan = _plan(cfg)
-        ctx = self.ctx = Context()
-        rules: list[Rule] = []
-        for cls, rule_cfg in plan.rules:
-            if cls is GrowthAnalysis:  # one analysis, two rule ids
-                det, mem = cfg.rules["state_detach"], cfg.rules["memory_growth"]
-                growth = GrowthAnalysis(mem, det, ctx)  # type: ignore[arg-type]
-                rules.append(StateDetachRule(det, ctx, growth))  # type: ignore[arg-type]
-                rules.append(MemoryGrowthRule(mem, ctx, growth))  # type: ignore[arg-type]
-            else:
-                rules.append(cls(rule_cfg, ctx))
+        ctx = self.ctx = Context(cfg)
+        rules = [cls(rule_cfg, ctx) for cls, rule_cfg in plan.rules]
         self._rules = rules
         self._fallbacks = plan.fallbacks
-        self._metrics = plan.metrics
+        self._metrics = frozenset(name for rule in rules for name in rule.names_read())
         self._enabled = plan.enabled
         self._stream: StalledStreamRule | None = (
             rules[plan.stream] if plan.stream is not None else None)  # type: ignore[assignment]
@@ -344,45 +340,26 @@ class RuleEngine:
 class _Plan:
     """What :meth:`RuleEngine._build` builds for one config."""
 
-    rules: tuple[tuple[type[Rule | GrowthAnalysis], object], ...]
-    """(rule class, its config) in frame order; GrowthAnalysis stands for the two rules it
-    serves (state_detach, then memory_growth)."""
+    rules: tuple[tuple[type[Rule], object], ...]
+    """(rule class, its config) in frame order."""
     enabled: frozenset[str]
     stream: int | None
     """Index of stalled_stream among the built rules."""
-    metrics: frozenset[str]
-    """Series read by name whatever the roles (nan_inf's metrics, state_detach's probes, custom
-    rules' metrics): with the resolved roles' series, what a frame holds."""
     fallbacks: Mapping[str, frozenset[str]]
     """Role -> the roles rules read instead while it is unresolved (``Rule.reads_unresolved``,
     a class attribute)."""
 
 
 def _plan(cfg: RulesConfig) -> _Plan:
-    rules: list[tuple[type[Rule | GrowthAnalysis], object]] = []
-    stream: int | None = None
-    n = 0
-    for rid, cls in _FRAME_RULES:
-        if cls is None:
-            if cfg.rules["state_detach"].enabled or cfg.rules["memory_growth"].enabled:
-                rules.append((GrowthAnalysis, None))
-                n += 2
-        elif cfg.rules[rid].enabled:
-            if cls is StalledStreamRule:
-                stream = n
-            rules.append((cls, cfg.rules[rid]))
-            n += 1
+    rules: list[tuple[type[Rule], object]] = [
+        (cls, cfg.rules[rid]) for rid, cls in _FRAME_RULES if cfg.rules[rid].enabled]
     rules += [(CustomRule, c) for c in cfg.custom if c.enabled]
+    stream = next((i for i, (cls, _c) in enumerate(rules) if cls is StalledStreamRule), None)
     enabled = frozenset({rid for rid in RULE_IDS if cfg.rules[rid].enabled}
                         | {c.id for c in cfg.custom if c.enabled})
-    metrics = {*cfg.rules["nan_inf"].metrics,  # type: ignore[attr-defined]
-               *cfg.rules["state_detach"].probe_metrics,  # type: ignore[attr-defined]
-               *cfg.rules["state_detach"].graph_metrics}  # type: ignore[attr-defined]
-    metrics.update(c.metric for c in cfg.custom)
     fallbacks: dict[str, set[str]] = {}
     for cls, _c in rules:
-        for c in (StateDetachRule, MemoryGrowthRule) if cls is GrowthAnalysis else (cls,):
-            for role, instead in c.reads_unresolved:  # type: ignore[union-attr]
-                fallbacks.setdefault(role, set()).add(instead)
-    return _Plan(tuple(rules), enabled, stream, frozenset(metrics),
+        for role, instead in cls.reads_unresolved:
+            fallbacks.setdefault(role, set()).add(instead)
+    return _Plan(tuple(rules), enabled, stream,
                  {role: frozenset(v) for role, v in fallbacks.items()})
