@@ -19,12 +19,17 @@ from trainwatch.commands.check import feed_run
 from trainwatch.load import LoadedRun
 from trainwatch.rules import RuleEngine, load_rules_config
 from trainwatch.rules.builtin import (
+    console_error,
     divergence,
+    grad_explosion,
+    loss_spike,
     memory_growth,
+    nan_inf,
     overfit,
     plateau,
-    spikes,
+    spike_rule,
     state_detach,
+    step_time_outlier,
 )
 from trainwatch.rules.builtin import grad_vanishing as vanishing
 from trainwatch.rules.builtin import learning_stalled as stalled
@@ -111,8 +116,8 @@ def test_r6_keeps_nan() -> None:
 def _ranked_constants() -> list[tuple[str, tuple[Cause, ...]]]:
     """Every ranked cause tuple the rule modules hold (alone or in a dict of variants)."""
     found = []
-    for mod in (divergence, memory_growth, state_detach, lr, overfit, plateau, spikes, stalled,
-                stream,
+    for mod in (console_error, divergence, grad_explosion, loss_spike, lr, memory_growth, nan_inf,
+                overfit, plateau, spike_rule, stalled, state_detach, step_time_outlier, stream,
                 throughput, vanishing):
         for name, v in vars(mod).items():
             vals = v.values() if isinstance(v, dict) else [v]

@@ -9,22 +9,16 @@ import pytest
 
 from trainwatch.rules.detectors.blocks import BlockStream
 from trainwatch.rules.detectors.episode import ESCALATE, START, START_ESCALATED, Episode
+from trainwatch.rules.detectors.growth import theil_sen, trend
 from trainwatch.rules.detectors.stats import (
-    block_medians,
     distinct,
     improving,
-    mad_sorted,
     median,
-    nan_median_rows,
     noise_sd,
     rankdata,
-    sliding_max,
     small_median,
     spearman,
-    theil_sen,
-    trend,
     true_runs,
-    window_medians,
     windows,
 )
 from trainwatch.rules.engine.base import Points
@@ -37,14 +31,6 @@ def test_medians_match_numpy() -> None:
         x = RNG.standard_normal(n)
         assert median(x) == pytest.approx(float(np.median(x)), abs=0)
         assert small_median(x.tolist()) == pytest.approx(float(np.median(x)), abs=0)
-    a = RNG.standard_normal(500)
-    starts = np.array([0, 3, 17, 372])
-    rows, meds = window_medians(a, 128, starts)
-    for s, row, m in zip(starts, rows, meds):
-        assert np.array_equal(row, np.sort(a[s:s + 128]))
-        assert m == np.median(a[s:s + 128])
-        assert mad_sorted(row, m) == np.median(np.abs(a[s:s + 128] - m))
-    assert np.array_equal(block_medians(a[:480], 16), np.median(a[:480].reshape(-1, 16), axis=1))
 
 
 def test_distinct_matches_numpy_unique() -> None:
@@ -89,14 +75,6 @@ def test_theil_sen_matches_brute_force_and_resists_outliers() -> None:
     assert theil_sen(np.array([0.0, 0.0, 1.0]), np.array([1.0, 2.0, 3.0])) == pytest.approx(1.5)
     assert np.isnan(trend(x, -y, min_rho=0.5)[0])  # the slope is skipped below min_rho
 
-
-def test_sliding_max() -> None:
-    prefix = RNG.random(5)
-    new = RNG.random(30)
-    got = sliding_max(prefix, new, 8)
-    seq = np.concatenate([prefix, new])
-    ref = [max(seq[max(0, 5 + i - 7):5 + i + 1]) for i in range(30)]
-    assert np.array_equal(got, ref)
 
 
 def test_true_runs_against_a_loop() -> None:
@@ -207,13 +185,3 @@ def test_rankdata_fast_paths_match_the_definition() -> None:
                   np.arange(n, dtype=float),  # steps
                   RNG.integers(0, 4, n).astype(float), np.sort(RNG.integers(0, 4, n))):  # ties
             assert np.array_equal(rankdata(a), _ranks_by_definition(a))
-
-
-def test_nan_median_rows_matches_numpy() -> None:
-    for cols in (1, 2, 3, 4, 7):
-        a = RNG.lognormal(0, 1, (400, cols))
-        a[RNG.random(a.shape) < 0.3] = np.nan
-        a[0] = np.nan  # a row with no value
-        with np.errstate(all="ignore"), pytest.warns(RuntimeWarning):
-            ref = np.nanmedian(a, axis=1)
-        assert np.array_equal(nan_median_rows(a), ref, equal_nan=True)

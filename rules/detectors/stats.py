@@ -70,12 +70,6 @@ def median_sorted(rows: np.ndarray) -> np.ndarray | float:
     return (lo + hi) * 0.5
 
 
-def median_sorted_float(a: np.ndarray) -> float:
-    """:func:`median_sorted` of a sorted 1-D array as a Python float: the same IEEE operations
-    on Python floats (the same bits), without numpy scalars."""
-    n = a.shape[0]
-    return (a.item((n - 1) // 2) + a.item(n // 2)) * 0.5
-
 
 def small_median(xs: Sequence[float]) -> float:
     """Median of a short Python sequence (a few values): no numpy call overhead."""
@@ -112,72 +106,9 @@ def distinct(x: np.ndarray) -> np.ndarray:
     return s[keep]
 
 
-def nan_median_rows(a: np.ndarray) -> np.ndarray:
-    """``np.nanmedian(a, axis=1)`` for a 2-D array with few columns, without its slow masked-
-    array path: NaN sort last, so each row's median sits at its count of values. NaN for a row
-    with none."""
-    n = a.shape[0]
-    s = np.sort(a, axis=1)
-    c = a.shape[1] - np.count_nonzero(np.isnan(a), axis=1)
-    r = np.arange(n)
-    lo = s[r, np.maximum(c - 1, 0) // 2]
-    hi = s[r, np.minimum(c // 2, a.shape[1] - 1)]
-    out = np.where(c % 2 == 1, lo, (lo + hi) / 2.0)
-    out[c == 0] = np.nan
-    return out
 
 
-def nan_median_of_others(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """For each row ``i`` and column ``j`` of a 2-D array: the median of the row's finite values
-    other than ``a[i, j]``, and how many there are (``n_others``). Where ``a[i, j]`` is NaN it is
-    the row's own median. Equal to :func:`nan_median_rows` of the row with column ``j`` deleted,
-    for every ``j``, from one sort of the array: leaving out one value shifts the sorted
-    positions at or after it by one."""
-    n, k = a.shape
-    order = np.argsort(a, axis=1, kind="stable")  # NaN sort last
-    rr = np.arange(n)[:, None]
-    s = a[rr, order]
-    c = k - np.count_nonzero(np.isnan(a), axis=1)
-    where = np.empty_like(order)
-    where[rr, order] = np.arange(k)  # sorted position of each value
-    here = ~np.isnan(a)
-    n_others = c[:, None] - here
-    lo = np.maximum(n_others - 1, 0) // 2
-    hi = np.minimum(n_others // 2, k - 1)
-    # positions in the row's sorted values once a[i, j] (at where[i, j]) is left out
-    lo = np.minimum(lo + (here & (lo >= where)), k - 1)
-    hi = np.minimum(hi + (here & (hi >= where)), k - 1)
-    vlo = s[rr, lo]
-    vhi = s[rr, hi]
-    out = np.where(n_others % 2 == 1, vlo, (vlo + vhi) / 2.0)
-    out[n_others == 0] = np.nan
-    return out, n_others
 
-
-def mad_sorted(sorted_window: np.ndarray, med: float) -> float:
-    """Median absolute deviation of a window around ``med``."""
-    d = np.abs(sorted_window - med)
-    d.sort()  # (in place: np.sort's Python wrapper and copy cost more than the sort)
-    return median_sorted_float(d)
-
-
-def window_medians(a: np.ndarray, width: int, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Sorted windows ``a[s:s+width]`` for each start, and their medians.
-
-    Sorting short rows is much cheaper than ``np.median`` on them (SIMD sorts), and the sorted rows
-    are kept so that a MAD can be taken later for the few windows that need one.
-    """
-    if starts.shape[0] == 0:
-        return np.empty((0, width)), np.empty(0)
-    rows = np.sort(windows(a, width)[starts], axis=1)
-    return rows, np.asarray(median_sorted(rows), dtype=np.float64)
-
-
-def block_medians(x: np.ndarray, k: int) -> np.ndarray:
-    """Median of each consecutive block of ``k`` values (``len(x)`` must be a multiple of k)."""
-    if x.shape[0] == 0:
-        return np.empty(0)
-    return np.asarray(median_sorted(np.sort(x.reshape(-1, k), axis=1)), dtype=np.float64)
 
 
 def rankdata(a: np.ndarray) -> np.ndarray:
@@ -217,36 +148,6 @@ def _pairs(n: int) -> tuple[np.ndarray, np.ndarray]:
     return np.triu_indices(n, 1)
 
 
-def theil_sen(x: np.ndarray, y: np.ndarray) -> float:
-    """Theil-Sen slope: the median of the slopes between all pairs with distinct ``x``.
-
-    O(n^2) in the window, which stays small (tens to a few hundred points): it is only evaluated
-    where a cheap pre-filter says a trend is possible. Robust to up to ~29 % outliers.
-    """
-    n = x.shape[0]
-    if n < 2:
-        return 0.0
-    i, j = _pairs(n)
-    dx = x[j] - x[i]
-    keep = dx != 0
-    if not keep.all():
-        if not keep.any():
-            return 0.0
-        i, j, dx = i[keep], j[keep], dx[keep]
-    return median((y[j] - y[i]) / dx)
-
-
-def trend(x: np.ndarray, y: np.ndarray, min_rho: float = -1.0) -> tuple[float, float, float]:
-    """(Theil-Sen slope, Spearman rho, relative growth over the window) of ``y`` against ``x``.
-
-    Relative growth is the slope times the window's x-span, over the window's median level.
-    When rho is below ``min_rho`` the (costlier) slope is not computed: (nan, rho, nan).
-    """
-    rho = spearman(x, y)
-    if rho < min_rho:
-        return math.nan, rho, math.nan
-    slope = theil_sen(x, y)
-    return slope, rho, relative_growth(slope, x, y)
 
 
 def relative_growth(slope: float, x: np.ndarray, y: np.ndarray) -> float:
@@ -303,19 +204,6 @@ def noise_sd(values: Sequence[float]) -> float:
     mid = small_median(res)
     return MAD_TO_SIGMA * small_median([abs(r - mid) for r in res]) / level
 
-
-def sliding_max(prefix: np.ndarray, new: np.ndarray, width: int) -> np.ndarray:
-    """For each element of ``new``, the max over it and the ``width - 1`` values before it.
-
-    ``prefix`` holds the values that came before ``new`` (only its last ``width - 1`` matter);
-    missing history counts as 0 (this is used on non-negative quantities).
-    """
-    if new.shape[0] == 0:
-        return np.empty(0)
-    head = prefix[-(width - 1):] if width > 1 else prefix[:0]
-    pad = np.zeros(max(0, width - 1 - head.shape[0]))
-    seq = np.concatenate([pad, head, new])
-    return windows(seq, width).max(axis=1)
 
 
 def true_runs(cond: np.ndarray, carried: int) -> tuple[np.ndarray, np.ndarray]:
