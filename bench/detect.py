@@ -15,8 +15,8 @@ alarms. Scoring follows river's drift-detector evaluation (``river.drift.evaluat
 * the false alarm rate is alarms per ``unit`` samples: here warning-or-error alerts of any rule per
   10k steps of clean runs (every alarm on a clean run is false).
 
-It also times the rules against the parse of the same bytes (the baseline of the same run): the
-rules must cost at most 0.2x the parse.
+It also times the rules against the parse of the same bytes (the baseline of the same run), and
+fed live, a frame per 2 KiB read as the TUI tails a file: at most 1 ms of rules per read.
 
     python bench/detect.py               # 40 runs per fault kind, 24 clean runs (264k steps),
                                          # 12 zero-inflated clean runs apart, 5 long
@@ -60,8 +60,11 @@ from trainwatch.rules.engine.alert import SEVERITY_RANK, Alert
 RECALL_TARGET = 0.95
 FA_TARGET = 1.0
 """False alarms (warning or error) per 10k clean steps."""
-COST_TARGET = 0.2
-"""Rules time over parse time of the same data."""
+LIVE_BUDGET_US = 1000.0
+"""Rules' time per 2 KiB read when fed live, in microseconds (#13: a budget a user notices, the
+TUI's share of a core; the old target, rules <= 0.2x the parse over short files, is withdrawn:
+it measured a fixed per-file cost no user waits for). The cost over whole files is printed
+against the parse, without a target: `bench/check_cost.py` holds check's budget."""
 NOISY_STEPS = (30_000, 10_000)
 """Steps of each long noisy clean run (full bench, ``--quick``)."""
 NOISY_BATCH = 0.5
@@ -451,22 +454,19 @@ def main(argv: list[str] | None = None) -> int:
           + (", ".join(f"{k} {v}" for k, v in noisy_fa.most_common()) or "none"))
     ratio = cost.ratio
     print(f"clean runs alone: rules {clean_cost.ratio:.2f}x parse")
-    cost_ok = ratio <= COST_TARGET
-    all_ok &= cost_ok
     print(f"cost over {cost.steps:,} steps: parse (baseline) {cost.parse_s:.2f} s, rules "
-          f"{cost.rules_s:.2f} s -> {ratio:.2f}x parse (target <= {COST_TARGET:g}x) "
-          f"{'ok' if cost_ok else 'NO'}")
-    long_ok = long_cost.ratio <= COST_TARGET
-    all_ok &= long_ok
+          f"{cost.rules_s:.2f} s -> {ratio:.2f}x parse (no target)")
     print(f"cost on long runs ({len(kinds)} fault runs with the fault after ~{LONG_BEFORE:,} steps, "
           f"2 clean runs of {LONG_CLEAN:,}; {long_cost.steps:,} steps read in "
           f"{LONG_CHUNK >> 20} MiB as check reads): parse {long_cost.parse_s:.2f} s, rules "
-          f"{long_cost.rules_s:.2f} s -> {long_cost.ratio:.2f}x parse (target <= {COST_TARGET:g}x) "
-          f"{'ok' if long_ok else 'NO'}")
+          f"{long_cost.rules_s:.2f} s -> {long_cost.ratio:.2f}x parse (no target)")
+    live_us = live.rules_s / live_reads * 1e6
+    live_ok = live_us <= LIVE_BUDGET_US
+    all_ok &= live_ok
     print(f"live, one frame per {LIVE_READ:,} B read as the TUI tails a file ({live_reads:,} reads, "
           f"{live.steps:,} steps): parse {live.parse_s / live_reads * 1e6:.0f} us a read, rules "
-          f"{live.rules_s / live_reads * 1e6:.0f} us a read -> {live.ratio:.2f}x parse (no target: "
-          "each rule's fixed cost per frame)")
+          f"{live_us:.0f} us a read ({live.ratio:.2f}x parse; budget <= {LIVE_BUDGET_US:.0f} us) "
+          f"{'ok' if live_ok else 'NO'}")
     print(f"wall time {wall:.1f} s; all targets met: {'yes' if all_ok else 'no'}")
     misses = [(sc.kind, m) for sc in scores for m in sc.misses]
     if misses:
@@ -498,7 +498,7 @@ def main(argv: list[str] | None = None) -> int:
                       "target": FA_TARGET, "by_rule": dict(fa_rules), "info": dict(info_rules)},
             "noisy_clean": {"alerts": n_nfa, "steps": noisy_steps, "by_rule": dict(noisy_fa)},
             "cost": {"parse_s": cost.parse_s, "rules_s": cost.rules_s, "ratio": ratio,
-                     "target": COST_TARGET, "steps": cost.steps,
+                     "steps": cost.steps, "live_budget_us": LIVE_BUDGET_US,
                      "clean_ratio": clean_cost.ratio,
                      "long_runs": {"parse_s": long_cost.parse_s, "rules_s": long_cost.rules_s,
                                    "ratio": long_cost.ratio, "steps": long_cost.steps},

@@ -12,8 +12,9 @@ from test_rules_data import clean, engine_alerts, idx, of, parse_all, parse_live
 
 from trainwatch.rules import ConfigError, RuleEngine, load_rules_config
 from trainwatch.rules.builtin import state_detach
+from trainwatch.rules.detectors.growth import theil_sen
 from trainwatch.rules.detectors.rise_shape import best_step, steady_rise
-from trainwatch.rules.detectors.stats import spearman, theil_sen
+from trainwatch.rules.detectors.stats import spearman
 
 SEEDS = range(6)
 GROWTH_RULES = ("state_detach", "memory_growth")
