@@ -157,7 +157,7 @@ def _set_value(v: Any) -> str:
 
 
 def fault_choices() -> list[FaultChoice]:
-    """The packaged fault configs, each as the ``fault.*`` overrides it makes."""
+    """The packaged fault configs, each as the ``fault.*`` (and ``dist.*``) overrides it makes."""
     import yaml
 
     from trainwatch.trainer.configfile import list_packaged, packaged_configs
@@ -175,7 +175,10 @@ def fault_choices() -> list[FaultChoice]:
         fault = data.get("fault") if isinstance(data, dict) else None
         if not isinstance(fault, dict) or "kind" not in fault:
             continue
-        sets = tuple(f"fault.{k}={_set_value(v)}" for k, v in fault.items())
+        # with the processes it needs (slow_rank: dist.nproc 2, launched through torchrun)
+        dist = data.get("dist") if isinstance(data.get("dist"), dict) else {}
+        sets = (tuple(f"fault.{k}={_set_value(v)}" for k, v in fault.items())
+                + tuple(f"dist.{k}={_set_value(v)}" for k, v in dist.items()))
         out.append(FaultChoice(name, sets, _about(path)))
     return out
 

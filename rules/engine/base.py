@@ -12,8 +12,10 @@ that is what makes feeding point by point and feeding a whole file give identica
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -50,7 +52,7 @@ def r6(x: float) -> float:
     return float(f"{x:.6g}") if math.isfinite(x) else x
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Points:
     """The points of one series inside one frame, in record order."""
 
@@ -72,18 +74,27 @@ class Points:
 
     def finite(self) -> Points:
         """The finite points (``self`` when all are)."""
-        ok = np.isfinite(self.values)
-        return self if ok.all() else self.take(ok)
+        return self._finite
 
     def nonzero(self) -> Points:
         """The points other than exact zeros (``self`` when none is): a zero-inflated loss (a
         hinge, margin or detection loss, 0 on easy batches) has its level in its other values."""
-        nz = self.values != 0.0
-        return self if nz.all() else self.take(nz)
+        return self._nonzero
 
     @property
     def all_finite(self) -> bool:
-        return bool(np.isfinite(self.values).all())
+        return self._finite is self
+
+    # (computed once per frame's points: most rules ask for the finite points of the loss)
+    @cached_property
+    def _finite(self) -> Points:
+        ok = np.isfinite(self.values)
+        return self if ok.all() else self.take(ok)
+
+    @cached_property
+    def _nonzero(self) -> Points:
+        nz = self.values != 0.0
+        return self if nz.all() else self.take(nz)
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,8 +142,8 @@ class Context:
     def __init__(self, config: Any = None) -> None:
         self.config = config
         """The whole rules config (:class:`~trainwatch.rules.config.loading.RulesConfig`)."""
-        self._hist: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
-        """role -> (pos, steps, values): the last HISTORY finite values before this frame."""
+        self._hist: dict[str, deque[tuple[int, int, float]]] = {}
+        """role -> (pos, step, value) of its last HISTORY finite points before this frame."""
         self.frame: Frame | None = None
         self.logs: dict[str, StepLog] = {}
         self.run_points: dict[str, int] = {}
@@ -149,15 +160,18 @@ class Context:
 
     def recent(self, role: str, upto_pos: int, n: int) -> tuple[np.ndarray, np.ndarray]:
         """(steps, values) of the last ``n`` (<= HISTORY) finite values of ``role`` at or before
-        a record (``role`` in HISTORY_ROLES). The arrays may be views: read them only."""
-        hp, hs, hv = self._hist.get(role, _NO_HISTORY)
+        a record (``role`` in HISTORY_ROLES)."""
+        hist = self._hist.get(role, ())
+        pos = np.fromiter((p for p, _s, _v in hist), dtype=np.int64, count=len(hist))
+        steps = np.fromiter((s for _p, s, _v in hist), dtype=np.int64, count=len(hist))
+        values = np.fromiter((v for _p, _s, v in hist), dtype=np.float64, count=len(hist))
         pts = self.frame.role(role) if self.frame is not None else None
         if pts is not None and len(pts):
             fin = pts.finite()
-            hp, hs, hv = (np.concatenate([hp, fin.pos]), np.concatenate([hs, fin.steps]),
-                          np.concatenate([hv, fin.values]))
-        k = int(np.searchsorted(hp, upto_pos, side="right"))
-        return hs[max(0, k - n):k], hv[max(0, k - n):k]
+            pos, steps, values = (np.concatenate([pos, fin.pos]), np.concatenate([steps, fin.steps]),
+                                  np.concatenate([values, fin.values]))
+        k = int(np.searchsorted(pos, upto_pos, side="right"))
+        return steps[max(0, k - n):k], values[max(0, k - n):k]
 
     def count_before(self, role: str, pos: int) -> int:
         """Finite points of ``role`` in the run before record ``pos``."""
@@ -178,13 +192,15 @@ class Context:
             if pts is None:
                 continue
             fin = pts.finite()
-            if not len(fin):
+            n = len(fin)
+            if not n:
                 continue
-            self.run_points[role] = self.run_points.get(role, 0) + len(fin)
-            hp, hs, hv = self._hist.get(role, _NO_HISTORY)
-            self._hist[role] = (np.concatenate([hp, fin.pos])[-HISTORY:],
-                                np.concatenate([hs, fin.steps])[-HISTORY:],
-                                np.concatenate([hv, fin.values])[-HISTORY:])
+            self.run_points[role] = self.run_points.get(role, 0) + n
+            hist = self._hist.get(role)
+            if hist is None:
+                hist = self._hist[role] = deque(maxlen=HISTORY)
+            k = max(0, n - HISTORY)  # (a long frame: only its last HISTORY points can stay)
+            hist.extend(zip(fin.pos[k:].tolist(), fin.steps[k:].tolist(), fin.values[k:].tolist()))
 
     def rewind(self) -> None:
         """A new segment: step-keyed logs no longer compare with the new steps, and shared
@@ -199,10 +215,6 @@ class Context:
         self._hist.pop(role, None)
         for key in [k for k in self.shared if isinstance(k, tuple) and k[:1] == (role,)]:
             del self.shared[key]
-
-
-_NO_HISTORY = (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64),
-               np.empty(0, dtype=np.float64))
 
 
 class Rule:

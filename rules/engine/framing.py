@@ -51,15 +51,20 @@ def frame_of(batch: RecordBatch, lo: int, hi: int, wanted: Iterable[str],
     named in ``wanted`` that have points there, ``roles`` as resolved so far. ``ev_rows``: what
     :func:`event_rows` returned for the batch."""
     base = batch.first_record
+    whole = lo == 0 and hi == batch.n_records  # (one segment: the usual batch)
     series: dict[str, Points] = {}
+    positions: dict[int, np.ndarray] = {}
+    """Global record indices by rows array: series logged on the same records share one."""
     for name in wanted:
         ch = batch.series.get(name)
-        if ch is None:
+        if ch is None or not len(ch.rows):
             continue
-        a, b = np.searchsorted(ch.rows, (lo, hi)).tolist()
+        a, b = (0, len(ch.rows)) if whole else np.searchsorted(ch.rows, (lo, hi)).tolist()
         if a < b:
-            series[name] = Points(name, ch.steps[a:b], ch.values[a:b], ch.times[a:b],
-                                  ch.rows[a:b].astype(np.int64) + base)
+            pos = positions.get(id(ch.rows))
+            if pos is None:
+                pos = positions[id(ch.rows)] = ch.rows.astype(np.int64) + base
+            series[name] = Points(name, ch.steps[a:b], ch.values[a:b], ch.times[a:b], pos[a:b])
     inside = (ev_rows >= lo) & (ev_rows < hi)
     is_event = np.zeros(hi - lo, dtype=bool)
     is_event[ev_rows[inside] - lo] = True
