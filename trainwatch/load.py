@@ -1,13 +1,15 @@
 """Load a finished (or in-progress) run in one go: what ``inspect``, ``check`` and ``report`` read.
 
 A PATH is either a file of any supported format or a run directory (``metrics.jsonl``,
-``metrics.rank{N}.jsonl``, ``console.log``, or a framework's output folder).
+``metrics.rank{N}.jsonl``, ``console.log``, or a framework's output folder). A W&B log carries
+its run's console itself.
 """
 
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -69,19 +71,15 @@ def load_run(path: Path | str) -> LoadedRun:
         if p.is_dir():
             files = find_metric_files(p)
             if not files:
-                runs = _runs_below(p)
-                hint = (
-                    f"; it holds runs: give one, e.g. {runs[0]}" if runs else
-                    " (expected metrics.jsonl or a supported framework log; see docs/format.md)"
-                )
-                raise LoadError(f"{p}: no metrics file found{hint}")
+                raise LoadError(_no_run_here(p))
         else:
             files = [p]
         run = LoadedRun(path=p, format="")
         main_file = next((f for f in files if rank_of(f) is None), None)
+        console = _ConsoleLines()
         for f in files:
             r = rank_of(f)
-            batches = read_file(f)
+            batches = read_file(f, on_text=console.add if f == main_file else None)
             if r is None and f == main_file:
                 run.main = batches
                 run.format = batches[0].format if batches else "jsonl"
@@ -93,7 +91,8 @@ def load_run(path: Path | str) -> LoadedRun:
             first = min(run.ranks)
             run.main = run.ranks[first]
             run.format = "jsonl"
-        console_dir = p if p.is_dir() else None
+        run.console, run.console_first_line = console.result()
+        console_dir = p if p.is_dir() and not run.console else None
         if console_dir is not None:
             for name in CONSOLE_NAMES:
                 c = console_dir / name
@@ -113,15 +112,58 @@ def load_run(path: Path | str) -> LoadedRun:
         raise LoadError(msg if msg.startswith(str(p)) else f"{p}: {msg}") from None
 
 
+class _ConsoleLines:
+    """Console lines a metrics stream carries (W&B), at most :data:`MAX_CONSOLE_LINES`: the
+    last ones, numbered as in the whole console, as :func:`read_console` keeps a log's."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.first = 1
+
+    def add(self, lines: Sequence[str], first_line: int) -> None:
+        if not self.lines:
+            self.first = first_line
+        self.lines.extend(lines)
+        if len(self.lines) > 2 * MAX_CONSOLE_LINES:  # trimmed now and then, not per call
+            self._trim()
+
+    def _trim(self) -> None:
+        drop = len(self.lines) - MAX_CONSOLE_LINES
+        if drop > 0:
+            del self.lines[:drop]
+            self.first += drop
+
+    def result(self) -> tuple[list[str], int]:
+        self._trim()
+        return self.lines, self.first
+
+
+def _no_run_here(folder: Path) -> str:
+    """The one-line error for a folder that is not one run: the runs it holds, if any, and how
+    to pick one (the TUI watches a folder of runs; the one-run commands take one of them)."""
+    runs = _runs_below(folder)
+    if not runs:
+        return (f"{folder}: no metrics file found (expected metrics.jsonl or a supported "
+                "framework log; see docs/format.md)")
+    shown = ", ".join(str(r) for r in runs[:5])
+    more = f" and {len(runs) - 5} more" if len(runs) > 5 else ""
+    latest = folder / "latest-run"
+    newest = f"; {latest} is W&B's newest" if latest.is_symlink() and latest.is_dir() else ""
+    return (f"{folder}: a folder of {len(runs)} run{'s' if len(runs) > 1 else ''}, not one run; "
+            f"give one of them: {shown}{more}{newest}")
+
+
 def _runs_below(folder: Path, most: int = 50) -> list[Path]:
     """Run directories one level down (a folder of runs, which the TUI watches but the
-    one-run commands do not take), in name order; at most ``most`` children looked at."""
+    one-run commands do not take), in name order; at most ``most`` children looked at. A link
+    to a run beside it (W&B's ``latest-run``) is not a run of its own."""
     from trainwatch.formats.detect import find_metric_files
 
     try:
-        children = sorted(c for c in folder.iterdir() if c.is_dir())[:most]
+        children = sorted(c for c in folder.iterdir() if c.is_dir() and not is_sibling_link(c))
     except OSError:
         return []
+    children = children[:most]
     out = []
     for c in children:
         try:
@@ -130,6 +172,17 @@ def _runs_below(folder: Path, most: int = 50) -> list[Path]:
         except OSError:
             continue
     return out
+
+
+def is_sibling_link(path: Path) -> bool:
+    """``path`` is a link to a folder beside it (W&B's ``wandb/latest-run``): a second name
+    for a run that a listing of the folder already holds."""
+    if not path.is_symlink():
+        return False
+    try:
+        return path.resolve().parent == path.parent.resolve()
+    except OSError:
+        return False
 
 
 def read_console(

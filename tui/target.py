@@ -9,10 +9,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from trainwatch.load import CONSOLE_NAMES, rank_of
+from trainwatch.load import CONSOLE_NAMES, is_sibling_link, rank_of
 
 TargetKind = Literal["file", "run", "sweep", "waiting"]
-FILE_SUFFIXES = (".jsonl", ".json", ".log", ".csv", ".txt")
+FILE_SUFFIXES = (".jsonl", ".json", ".log", ".csv", ".txt", ".wandb")
 """A missing PATH ending like this is a file to wait for; anything else is a run directory."""
 DEFAULT_METRICS = "metrics.jsonl"
 TEXT_LOG_SUFFIXES = (".log", ".out", ".txt", ".err")
@@ -142,7 +142,8 @@ def _walk(root: Path, d: Path, depth: int, found: list[tuple[float, RunSpec]]) -
     if depth <= 0 or len(found) >= MAX_RUNS * 2:
         return
     try:
-        children = sorted(p for p in d.iterdir() if p.is_dir() and not p.name.startswith("."))
+        children = sorted(p for p in d.iterdir() if p.is_dir() and not p.name.startswith(".")
+                          and not is_sibling_link(p))  # W&B's latest-run: a run listed anyway
     except OSError:
         return
     for child in children:

@@ -5,7 +5,9 @@ line, and the final line even without its newline (the file is finished). The fi
 one reusable buffer; a reader with ``parse_buffer`` (JSONL) parses each chunk in place there and
 says how many lines it held, the others get a copy of the chunk as ``bytes``. A snapshot file is
 parsed once; a file that is not valid at all is an error here (there is no "retry later").
-An event file is fed in chunks, and a truncated final frame is reported as malformed.
+An event file is fed in chunks, and a truncated final frame is reported as malformed. A stream
+that also carries the run's console (a W&B log: its reader has ``take_text``) hands the lines
+to ``on_text`` as they complete.
 
 Missing and unreadable files raise ``FileNotFoundError`` / ``PermissionError`` (with the path)
 for the CLI to turn into one-line errors; an unknown format raises ``ValueError``.
@@ -13,6 +15,7 @@ for the CLI to turn into one-line errors; an unknown format raises ``ValueError`
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
@@ -20,20 +23,32 @@ from trainwatch.batch import RecordBatch
 from trainwatch.formats.base import Reader
 
 CHUNK_BYTES = 4 << 20
+TextCallback = Callable[[Sequence[str], int], None]
+"""(console lines, 1-based number of the first)."""
 
 
 def read_file(
-    path: Path, *, fmt: str | None = None, chunk_bytes: int = CHUNK_BYTES
+    path: Path,
+    *,
+    fmt: str | None = None,
+    chunk_bytes: int = CHUNK_BYTES,
+    on_text: TextCallback | None = None,
 ) -> list[RecordBatch]:
     """Every batch of ``path``, in order (format detected unless ``fmt`` is given)."""
     from trainwatch.formats.detect import make_reader  # detect re-exports this module's API
 
     path = Path(path)
     reader = make_reader(path, fmt=fmt)
-    return read_with(reader, path, chunk_bytes=chunk_bytes)
+    return read_with(reader, path, chunk_bytes=chunk_bytes, on_text=on_text)
 
 
-def read_with(reader: Reader, path: Path, *, chunk_bytes: int = CHUNK_BYTES) -> list[RecordBatch]:
+def read_with(
+    reader: Reader,
+    path: Path,
+    *,
+    chunk_bytes: int = CHUNK_BYTES,
+    on_text: TextCallback | None = None,
+) -> list[RecordBatch]:
     """Every batch of ``path`` read by ``reader`` (a fresh one of any kind)."""
     out: list[RecordBatch] = []
     if reader.kind == "snapshot":
@@ -46,14 +61,24 @@ def read_with(reader: Reader, path: Path, *, chunk_bytes: int = CHUNK_BYTES) -> 
         return [batch]
     with path.open("rb") as f:
         if reader.kind == "stream":
+            take_text = getattr(reader, "take_text", None) if on_text is not None else None
             while chunk := f.read(chunk_bytes):
                 out.append(reader.feed(chunk))  # type: ignore[union-attr]
+                _hand_text(take_text, on_text)
             finish = getattr(reader, "finish", None)
             if finish is not None:
                 out.append(finish())
+                _hand_text(take_text, on_text)
             # an event file is mostly frames without scalars: keep the batches that carry something
             return [b for b in out if not b.is_empty() or b.meta] or out[:1]
         return _read_lines(reader, f, chunk_bytes)
+
+
+def _hand_text(take_text: Callable[[], tuple[Sequence[str], int] | None] | None,
+               on_text: TextCallback | None) -> None:
+    got = take_text() if take_text is not None else None
+    if got is not None and on_text is not None:
+        on_text(*got)
 
 
 def _read_lines(reader: Reader, f: BinaryIO, chunk_bytes: int) -> list[RecordBatch]:
