@@ -14,8 +14,10 @@ import math
 import os
 import random
 import shutil
+import struct
 import subprocess
 import sys
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -23,8 +25,10 @@ import pytest
 
 from trainwatch.batch import RecordBatch, join_batches
 from trainwatch.formats._leveldb import BLOCK
+from trainwatch.formats._wandb_rows import HistoryColumns
 from trainwatch.formats.detect import detect_format, find_metric_files, read_file
 from trainwatch.formats.wandb import WandbReader
+from trainwatch.inspect import format_text, summarize
 from trainwatch.load import LoadError, load_run
 from trainwatch.tailer import FileTailer, Follower, TextChunk
 
@@ -152,6 +156,106 @@ def test_pieces_read_as_the_whole(pieces: list[int]) -> None:
         (e.name, e.step, dict(e.fields)) for e in whole.events]
 
 
+# ---------------------------------------------------------------------- the bulk row path
+def exact_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every history row through the exact decoder and the builder's generic path."""
+    monkeypatch.setattr(HistoryColumns, "add", lambda *a, **k: False)
+
+
+def same(a: RecordBatch, b: RecordBatch) -> None:
+    assert a.steps.tolist() == b.steps.tolist() and a.times.tolist() == b.times.tolist()
+    assert sorted(a.series) == sorted(b.series)
+    for k, s in a.series.items():
+        np.testing.assert_array_equal(b.series[k].values, s.values, err_msg=k)
+        assert b.series[k].steps.tolist() == s.steps.tolist(), k
+    assert [(e.name, e.step, dict(e.fields)) for e in a.events] == [
+        (e.name, e.step, dict(e.fields)) for e in b.events]
+    assert [dict(n) for _r, n in a.notes] == [dict(n) for _r, n in b.notes]
+
+
+@pytest.mark.parametrize("path", [OK_FILE, CRASH_FILE], ids=["fixtok", "fixtcrash"])
+def test_bulk_rows_equal_the_exact_decoder(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fast, _, _ = read_all(path)
+    exact_only(monkeypatch)
+    same(fast, read_all(path)[0])
+
+
+def varint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    return bytes(out + bytes([n]))
+
+
+def field(number: int, payload: bytes) -> bytes:
+    return varint(number << 3 | 2) + varint(len(payload)) + payload
+
+
+def history(step: int, items: list[tuple[list[str], str]], own_step: bool = True) -> bytes:
+    """A ``Record`` holding a ``HistoryRecord`` (as wandb-core lays one out); ``own_step``:
+    with the ``_step`` item (else the step is in the record's step field alone)."""
+    reserved = [(["_step"], str(step))] if own_step else []
+    body = b"".join(
+        field(1, b"".join(field(2, k.encode()) for k in keys) + field(16, value.encode()))
+        for keys, value in [*items, *reserved, (["_timestamp"], f"{1.7e9 + step}")]
+    )
+    return b"\x08" + varint(step + 1) + field(2, body + field(2, b"\x08" + varint(step) if step else b""))
+
+
+def wandb_log(records: list[bytes]) -> bytes:
+    """Records framed as a .wandb file: the W&B header, 32 KiB blocks, chunks split over them."""
+    out = bytearray(b":W&B\xe1\xbe\x00")
+    for rec in records:
+        first = True
+        while True:
+            left = BLOCK - len(out) % BLOCK
+            if left < 7:
+                out += bytes(left)
+                continue
+            piece, rec = rec[: left - 7], rec[left - 7 :]
+            kind = (1 if first else 4) if not rec else (2 if first else 3)
+            out += struct.pack("<IHB", zlib.crc32(bytes([kind]) + piece), len(piece), kind) + piece
+            first = False
+            if not rec:
+                break
+    return bytes(out)
+
+
+def test_bulk_rows_refuse_what_they_cannot_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rows of every shape the bulk path must leave to the exact one, between common rows;
+    and a row longer than a block (FIRST, MIDDLE, LAST chunks)."""
+    odd = [
+        [(["loss"], "1.5"), (["phase"], '"train"')],                    # a string
+        [(["loss"], "1.25"), (["ok"], "true"), (["gone"], "null")],      # a boolean, a null
+        [(["loss"], "NaN"), (["a", "b", "c"], "-Infinity")],            # nested three deep
+        [(["loss"], "2"), (["tëmp₂"], "3")],                             # non-ASCII (0x82 byte)
+        [(["loss"], "2"), (["k" * 200], "4")],                           # a key past 127 bytes
+        [(["loss"], "2"), (["long"], "1" + "0" * 130)],                  # a value past 127
+        [(["loss"], "2"), (['qu"ote'], "5")],                            # a quote in a key
+        [(["loss"], "2"), (["img"], '{"_type": "image-file", "path": "x.png"}')],
+        [(["loss"], "2"), (["huge"], '"' + "x" * 70_000 + '"')],         # over two blocks
+        [(["loss"], "2"), (["step"], "7"), (["time"], "8")],             # reserved names
+    ]
+    rows = []
+    for i in range(60):
+        rows.append(history(i, odd[i // 3] if i % 3 == 1 and i // 3 < len(odd) else
+                            [(["loss"], f"{1 / (i + 1)}"), (["train", "acc"], f"{i / 60}")],
+                            own_step=i != 50))  # (row 50: its step only in the step field)
+    f = tmp_path / "run-odd.wandb"
+    f.write_bytes(wandb_log(rows))
+    fast, _, bad = read_all(f)
+    assert bad == []
+    assert fast.series["loss"].steps.tolist() == list(range(60))
+    assert fast.series["a/b/c"].values.tolist() == [-math.inf]
+    assert "tëmp₂" in fast.series and "k" * 200 in fast.series and 'qu"ote' in fast.series
+    assert fast.series["step_value"].values.tolist() == [7.0] and "time_value" in fast.series
+    assert "img" not in fast.series and "img/path" not in fast.series
+    assert {"phase": "train"} in [dict(n) for _r, n in fast.notes]
+    exact_only(monkeypatch)
+    same(fast, read_all(f)[0])
+
+
 # ---------------------------------------------------------------------- damaged files
 def test_a_file_cut_mid_record_is_the_records_before_the_cut() -> None:
     want = expected("fixtok")
@@ -190,6 +294,8 @@ def test_a_corrupt_block_is_reported_once_and_skipped(tmp_path: Path) -> None:
     assert kept == [s for s in range(300) if s not in lost]
     assert 0 < len(lost) < 100  # the rest of one block, nothing else
     assert b.events[-1].name == "run_end"
+    text = format_text(summarize(load_run(f)))  # `trainwatch inspect` says where
+    assert f"malformed 1 (first: {f}: corrupt data at byte {hit['bytes'][0]}" in text
 
 
 def test_a_file_that_is_not_a_wandb_log(tmp_path: Path) -> None:

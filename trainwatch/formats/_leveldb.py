@@ -36,6 +36,7 @@ WANDB_HEADER = b":W&B\xe1\xbe"
 WANDB_VERSION = 0
 _FULL, _FIRST, _MIDDLE, _LAST = 1, 2, 3, 4
 _CHUNK = struct.Struct("<IHB")
+_FULL_SEED = zlib.crc32(bytes([_FULL]))
 
 
 @dataclass
@@ -140,8 +141,21 @@ class LogFramer:
         """Read every whole chunk from ``pos``; returns where the unread bytes start."""
         n = len(view)
         base = self._offset
+        data = view.tobytes()  # slices of bytes: one copy per record, checked and kept as is
+        unpack, crc32, append = _CHUNK.unpack_from, zlib.crc32, out.records.append
         while True:
             left = BLOCK - (base + pos) % BLOCK
+            if left >= CHUNK_HEADER and n - pos >= CHUNK_HEADER and self._parts is None:
+                # a whole record in one chunk, intact: nearly every record
+                crc, length, kind = unpack(data, pos)
+                end = pos + CHUNK_HEADER + length
+                if kind == _FULL and length + CHUNK_HEADER <= left and end <= n:
+                    payload = data[pos + CHUNK_HEADER : end]
+                    if crc32(payload, _FULL_SEED) == crc:
+                        self._lost = False
+                        append((base + pos, payload))
+                        pos = end
+                        continue
             if left < CHUNK_HEADER:  # a block's zero trailer
                 if n - pos < left:
                     return pos
@@ -166,7 +180,7 @@ class LogFramer:
             if zlib.crc32(view[pos + 6 : end]) != crc:
                 pos = self._corrupt(view, pos, left, "checksum mismatch", out)
                 continue
-            self._chunk(kind, bytes(view[pos + CHUNK_HEADER : end]), base + pos, out)
+            self._chunk(kind, data[pos + CHUNK_HEADER : end], base + pos, out)
             pos = end
 
     def _chunk(self, kind: int, data: bytes, offset: int, out: Framed) -> None:

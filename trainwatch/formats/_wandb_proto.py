@@ -36,6 +36,8 @@ producer = inner_string
 HISTORY, OUTPUT, CONFIG, STATS, OUTPUT_RAW, RUN, EXIT, HEADER = 2, 4, 5, 7, 13, 17, 18, 21
 KINDS = frozenset({HISTORY, OUTPUT, CONFIG, STATS, OUTPUT_RAW, RUN, EXIT, HEADER})
 """The record types the reader takes anything from."""
+_RECORD_TYPES = frozenset((*range(2, 14), 17, 18, *range(20, 28), 100))
+"""The field numbers of the ``record_type`` oneof (16 is ``control``, 19 ``uuid``)."""
 _NESTED_SEP = "/"
 """W&B's nested keys (``run.log({"train": {"acc": 1}})``) joined as trainwatch flattens nested
 JSON objects: ``train/acc``."""
@@ -45,24 +47,93 @@ Item = tuple[str, bytes]
 
 
 def record_kind(b: bytes) -> tuple[int, int, int] | None:
-    """(record type, start, end) of a ``Record``'s payload when it is one of :data:`KINDS`."""
-    for fn, wt, a, z in _fields(b, 0, len(b)):
-        if wt == 2 and fn in KINDS:
-            return fn, a, z
+    """(record type, start, end) of a ``Record``'s payload when it is one of :data:`KINDS`.
+
+    The type is a oneof, so the first of its fields met decides: this reads the few fields
+    before it (``num``, ``control``, ``_info``), whatever the record's size."""
+    i, n = 0, len(b)
+    try:
+        if b[0] == 0x08:  # num, first when set
+            i = 1
+            while b[i] >= 0x80:
+                i += 1
+            i += 1
+        while i < n:
+            key = b[i]
+            if key < 0x80:
+                i += 1
+            elif b[i + 1] < 0x80:  # a two-byte tag: fields 16 to 2047 (_info is 200)
+                key = (key & 0x7F) | (b[i + 1] << 7)
+                i += 2
+            else:
+                key, i = _varint(b, i)
+            fn, wt = key >> 3, key & 7
+            if wt == 2:
+                size = b[i]
+                if size < 0x80:
+                    i += 1
+                elif b[i + 1] < 0x80:  # sizes up to 16 KiB: most records
+                    size = (size & 0x7F) | (b[i + 1] << 7)
+                    i += 2
+                else:
+                    size, i = _varint(b, i)
+                if fn in KINDS:
+                    if i + size > n:
+                        raise ProtoError("length-delimited field runs past its message")
+                    return fn, i, i + size
+                if fn in _RECORD_TYPES:
+                    return None  # another record type
+                i += size
+            else:
+                i = _skip_value(b, i, wt)
+    except IndexError:
+        raise ProtoError("message truncated") from None
     return None
 
 
-def history(b: bytes, i: int, end: int) -> tuple[list[Item], int]:
-    """The items of a ``HistoryRecord`` and its ``step.num``."""
+def history(b: bytes, i: int, end: int, names: dict[bytes, str]) -> tuple[list[Item], int]:
+    """The items of a ``HistoryRecord`` and its ``step.num``.
+
+    A row of twenty metrics is twenty items, and this loop is most of a parse: the common item
+    shape (one nested key, then the value, every length under 128) is matched in place, and
+    key bytes become strings through ``names``, the reader's cache of the keys seen. Any other
+    shape goes through :func:`item`."""
     items: list[Item] = []
     step = 0
-    for fn, wt, a, z in _fields(b, i, end):
-        if fn == 1 and wt == 2:
-            items.append(item(b, a, z))
-        elif fn == 2 and wt == 2:
-            for fn2, wt2, a2, _z2 in _fields(b, a, z):
-                if fn2 == 1 and wt2 == 0:
-                    step = _signed(a2)
+    try:
+        while i < end:
+            tag = b[i]
+            if tag == 0x0A:  # item (field 1)
+                n = b[i + 1]
+                if n < 0x80:
+                    a = i + 2
+                else:
+                    n, a = _varint(b, i + 1)
+                i = a + n
+                if i > end:
+                    raise ProtoError("length-delimited field runs past its message")
+                k = b[a + 1] if n > 5 and b[a] == 0x12 else 0x80
+                v = a + 2 + k  # value_json's tag, in the common shape
+                if k < 0x80 and b[v] == 0x82 and b[v + 1] == 0x01 and v + 3 + b[v + 2] == i:
+                    kb = b[a + 2 : v]
+                    key = names.get(kb)
+                    if key is None:
+                        key = names[kb] = kb.decode("utf-8", errors="replace")
+                    items.append((key, b[v + 3 : i]))
+                else:
+                    items.append(item(b, a, i))
+            elif tag == 0x12:  # step (field 2)
+                n, a = _varint(b, i + 1)
+                i = a + n
+                for fn, wt, x, _z in _fields(b, a, i):
+                    if fn == 1 and wt == 0:
+                        step = _signed(x)
+            else:
+                i = _skip_one(b, i)
+    except IndexError:
+        raise ProtoError("message truncated") from None
+    if i != end:
+        raise ProtoError("message truncated")
     return items, step
 
 
@@ -94,16 +165,20 @@ def item(b: bytes, i: int, end: int) -> Item:
                 else:
                     key = b[at:i].decode("utf-8", errors="replace")
                 continue
-            i = _skip_one(b, i, end)
+            i = _skip_one(b, i)
     except IndexError:
         raise ProtoError("message truncated") from None
     return (_NESTED_SEP.join(nested) if nested else key), value
 
 
-def _skip_one(b: bytes, i: int, end: int) -> int:
+def _skip_one(b: bytes, i: int) -> int:
     """Position after the one field at ``i`` (any field the fast path does not read)."""
     key, j = _varint(b, i)
-    wt = key & 7
+    return _skip_value(b, j, key & 7)
+
+
+def _skip_value(b: bytes, j: int, wt: int) -> int:
+    """Position after a value of wire type ``wt`` that starts at ``j``."""
     if wt == 0:
         return _varint(b, j)[1]
     if wt == 2:

@@ -40,8 +40,11 @@ from trainwatch.formats._decode import decode_json
 from trainwatch.formats._leveldb import WANDB_HEADER, LogFramer
 from trainwatch.formats._proto import ProtoError
 from trainwatch.formats._stream import StreamReaderBase
+from trainwatch.formats._wandb_rows import HistoryColumns
 from trainwatch.roles import SYSTEM_PREFIX
 
+MAX_NAMES = 1 << 16
+"""History key names remembered; a run logging more distinct keys starts the memory over."""
 _RENAMED = {"step": "step_value", "time": "time_value", "event": "event_value",
             "rank": "rank_value"}
 
@@ -57,8 +60,11 @@ class WandbReader(StreamReaderBase):
         self._stats: dict[str, float] = {}
         """The latest system sample of each key, for the next history row."""
         self._config: dict[str, Any] = {}
-        self._step = 0
-        """The last history step (a ``run_start`` before any row takes the starting step)."""
+        self._names: dict[bytes, str] = {}
+        """History keys seen, decoded once (cleared if a run logs a great many)."""
+        self._rows = HistoryColumns(_RENAMED)
+        self._pos = 0
+        """Position of the next record in the batch being built (rows and events interleave)."""
 
     @property
     def buffered(self) -> int:
@@ -74,13 +80,23 @@ class WandbReader(StreamReaderBase):
         framed = self._framer.feed(data)
         for problem in framed.problems:
             builder.add_malformed(0, problem)
+        self._pos = 0
         for offset, payload in framed.records:
             try:
                 self._record(payload, builder, meta)
             except (ProtoError, UnicodeDecodeError) as e:
                 builder.add_malformed(0, f"record at byte {offset}: not a W&B Record ({e}); "
                                       "skipped")
+        for pos, row, extra in self._rows.flush(builder):
+            self._history_row(row, 0, len(row), builder, extra, pos)
         return builder.build(reset=reset, meta=meta or None)
+
+    def _add(self, builder: BatchBuilder, record: dict[str, Any], pos: int | None = None) -> None:
+        """A record through the builder's generic path, in its place among the rows."""
+        if pos is None:
+            pos = self._pos
+            self._pos += 1
+        builder.add_record(record, 0, pos)
 
     def finish(self) -> RecordBatch:
         """At the end of a closed file: the console's last line, even without a newline.
@@ -121,7 +137,7 @@ class WandbReader(StreamReaderBase):
             code, not_complete = pb.exit_record(payload, a, z)
             self._console.flush()  # the process is gone: its last line is whole
             if not not_complete:
-                builder.add_record({"event": "run_end", "exit_code": code,
+                self._add(builder, {"event": "run_end", "exit_code": code,
                                     "status": "finished" if code == 0 else "crashed"})
         elif kind == pb.HEADER:
             version = pb.producer(payload, a, z)
@@ -129,7 +145,17 @@ class WandbReader(StreamReaderBase):
                 meta["wandb_version"] = version
 
     def _history(self, payload: bytes, a: int, z: int, builder: BatchBuilder) -> None:
-        items, step = pb.history(payload, a, z)
+        if self._rows.add(payload, a, z, self._pos, self._stats):
+            self._pos += 1
+        else:  # not the common shape: the exact decoder and the generic path
+            self._history_row(payload, a, z, builder, self._stats)
+        self._stats = {}
+
+    def _history_row(self, payload: bytes, a: int, z: int, builder: BatchBuilder,
+                     extra: dict[str, float], pos: int | None = None) -> None:
+        if len(self._names) > MAX_NAMES:
+            self._names.clear()
+        items, step = pb.history(payload, a, z, self._names)
         rec: dict[str, Any] = {}
         when = None
         for key, value in items:
@@ -145,14 +171,11 @@ class WandbReader(StreamReaderBase):
                 if type(x) is dict and "_type" in x:
                     continue  # an image, a table, a histogram...
             rec[_RENAMED.get(key, key)] = x
-        self._step = step
-        if self._stats:
-            rec.update(self._stats)
-            self._stats = {}
+        rec.update(extra)
         rec["step"] = step
         if when is not None:
             rec["time"] = when
-        builder.add_record(rec)
+        self._add(builder, rec, pos)
 
     def _run(self, info: pb.RunInfo, builder: BatchBuilder, meta: dict[str, Any]) -> None:
         self._config.update(_config(info.config))
@@ -164,7 +187,7 @@ class WandbReader(StreamReaderBase):
             fields["time"] = info.start_time
         if info.starting_step:
             fields["step"] = info.starting_step
-        builder.add_record(fields)
+        self._add(builder, fields)
 
 
 def is_wandb_head(head: bytes) -> bool:
