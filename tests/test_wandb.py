@@ -341,9 +341,26 @@ def test_the_wandb_folder_is_a_folder_of_runs() -> None:
     assert all(s.metric_files[0].suffix == ".wandb" for s in target.runs)
     one = discover(ROOT / "latest-run")
     assert one.kind == "run" and one.runs[0].metric_files[0].name == CRASH_FILE.name
+    assert one.runs[0].run_id == CRASH.name  # the run the link points at
     # the project folder that holds wandb/ shows its runs too
     ids = {s.run_id for s in discover(FIXTURES).runs}
     assert {f"wandb/{OK.name}", f"wandb/{CRASH.name}"} <= ids and "wandb/latest-run" not in ids
+
+
+def test_latest_run_moving_to_a_new_run_is_another_run(tmp_path: Path) -> None:
+    """W&B points latest-run at each new run: the one being watched stays (its file is read
+    through the old target) and the app's rescan finds the new run under its own name."""
+    from trainwatch.tui.target import discover
+
+    root = tmp_path / "wandb"
+    shutil.copytree(ROOT, root, symlinks=True)
+    before = discover(root / "latest-run").runs[0]
+    (root / "latest-run").unlink()
+    (root / "latest-run").symlink_to(OK.name)
+    after = discover(root / "latest-run").runs[0]
+    assert (before.run_id, after.run_id) == (CRASH.name, OK.name)
+    assert before.metric_files[0].is_file()  # still readable where it was followed
+    assert after.metric_files[0] == root / OK.name / OK_FILE.name
 
 
 # ---------------------------------------------------------------------- CLI

@@ -97,6 +97,10 @@ def _run_spec(run_dir: Path, run_id: str) -> RunSpec | None:
     files = find_metric_files(run_dir)
     if not files:
         return None
+    if run_dir.is_symlink() and run_dir not in files[0].parents:
+        # read through the link's target (W&B's latest-run): the run is that folder's, and when
+        # the link moves to a new run, the rescan finds a run of another name, not this one's
+        run_id = files[0].parent.name
     return RunSpec(run_id, run_dir, tuple(files), _console_beside(run_dir, tuple(files)))
 
 
