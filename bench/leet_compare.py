@@ -14,6 +14,9 @@ should show everything in half that time, idle at half that CPU and hold less me
      the sum of each process's peak RSS (VmHWM).
   4. Prints the matched capture of each tool, a table with trainwatch/LEET ratios, ``--json OUT``.
 
+``--tools leet,trainwatch,tw-wandb`` adds trainwatch reading LEET's own input, the W&B run folder
+(its ``.wandb`` file), rather than the JSONL copy.
+
 The data is made by ``bench/leet_data.py``; the tmux server and the /proc readings of process
 trees are ``bench/tmux_probe.py``.
 
@@ -228,10 +231,13 @@ def report(results: list[Result], args: argparse.Namespace, data: Dataset, versi
         print(f"{r.tool:<12}" + "".join(f" {v:11.2f}" if v is not None else f" {'-':>11}"
                                         for v in vals))
     by = {r.tool: r for r in results}
-    tw, lt = by.get("trainwatch"), by.get("leet")
-    if tw and lt and tw.ok and lt.ok:
-        print(f"{'tw / leet':<12}" + "".join(f" {ratio(getattr(tw, k), getattr(lt, k)):>11}"
-                                             for _, k in cols))
+    lt = by.get("leet")
+    for name, label in (("trainwatch", "tw / leet"), ("tw-wandb", "tw-wb / leet")):
+        tw = by.get(name)
+        if tw and lt and tw.ok and lt.ok:
+            print(f"{label:<12}" + "".join(f" {ratio(getattr(tw, k), getattr(lt, k)):>11}"
+                                           for _, k in cols))
+    if lt and lt.ok and any(by.get(n) for n in ("trainwatch", "tw-wandb")):
         print("target (brief): all shown <= 0.5x, idle CPU <= 0.5x, RSS < 1x")
     if args.json:
         Path(args.json).write_text(json.dumps({
@@ -255,7 +261,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="5k steps instead of 50k")
     p.add_argument("--steps", type=int, help="override the number of steps")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--tools", default="leet,trainwatch", help="comma list: leet,trainwatch")
+    p.add_argument("--tools", default="leet,trainwatch",
+                   help="comma list: leet,trainwatch,tw-wandb (trainwatch on the .wandb file)")
     p.add_argument("--venv", type=Path, default=Path("/tmp/leetvenv"),
                    help="scratch venv with wandb installed (default /tmp/leetvenv)")
     p.add_argument("--trainwatch", type=Path, default=ROOT / ".venv" / "bin" / "trainwatch")
@@ -312,10 +319,15 @@ def main(argv: list[str] | None = None) -> int:
         "trainwatch": Tool("trainwatch", [str(args.trainwatch), str(data.jsonl_run)], {},
                            re.compile(rf"\bstep\s+(?:{step_forms(steps)})\b"),
                            re.compile(r"loading history")),
+        # trainwatch on LEET's very input: the W&B run folder (its .wandb file, read from the top)
+        "tw-wandb": Tool("tw-wandb", [str(args.trainwatch), str(data.wandb_run)], {},
+                         re.compile(rf"\bstep\s+(?:{step_forms(steps)})\b"),
+                         re.compile(r"loading history")),
     }
     unknown = [t for t in tools if t not in specs]
     if unknown:
-        print(f"leet_compare: unknown tool(s) {unknown}: use leet,trainwatch", file=sys.stderr)
+        print(f"leet_compare: unknown tool(s) {unknown}: use leet,trainwatch,tw-wandb",
+              file=sys.stderr)
         return 2
     tmux = Tmux(args.cache)
     runs: dict[str, list[Result]] = {name: [] for name in tools}

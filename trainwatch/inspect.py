@@ -19,6 +19,7 @@ def summarize(run: LoadedRun, roles: RoleTable = DEFAULT_ROLES) -> dict[str, Any
     """The documented JSON of ``inspect`` (docs/format.md)."""
     store = SeriesStore()
     malformed: list[int] = []
+    first_malformed: str | None = None
     n_malformed = 0
     segments = 1
     records = 0
@@ -27,6 +28,9 @@ def summarize(run: LoadedRun, roles: RoleTable = DEFAULT_ROLES) -> dict[str, Any
         store.ingest(b)  # a reset batch resets the store itself
         records += b.n_records
         n_malformed += len(b.malformed)
+        if b.malformed and first_malformed is None:
+            m = b.malformed[0]  # (a binary format has no lines: 0, its reason names the byte)
+            first_malformed = f"{b.source}:{m.line}: {m.reason}" if m.line else f"{b.source}: {m.reason}"
         malformed.extend(m.line for m in b.malformed[: MAX_LISTED_MALFORMED - len(malformed)])
         segments += len(b.rewinds)
         for e in b.events:
@@ -52,6 +56,7 @@ def summarize(run: LoadedRun, roles: RoleTable = DEFAULT_ROLES) -> dict[str, Any
         "records": records,
         "malformed": n_malformed,
         "malformed_lines": malformed,
+        "first_malformed": first_malformed,
         "segments": segments,
         "metrics": metrics,
         "events": events,
@@ -74,6 +79,18 @@ def _nonfinite_name(x: float | None) -> str | None:
     return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
 
 
+def _malformed_where(summary: dict[str, Any]) -> str:
+    """`` (lines 3, 17)``; for a binary format, whose entries have no line, the first one's
+    reason (it names the byte offset)."""
+    if not summary["malformed"]:
+        return ""
+    listed = summary["malformed_lines"]
+    if not any(listed):
+        return f" (first: {clean(summary['first_malformed'] or '')})"
+    more = ", ..." if summary["malformed"] > len(listed) else ""
+    return f" (lines {', '.join(map(str, listed))}{more})"
+
+
 def format_json(summary: dict[str, Any]) -> str:
     return json.dumps(summary, indent=2, allow_nan=False)
 
@@ -84,10 +101,7 @@ def format_text(summary: dict[str, Any]) -> str:
         f"{clean(summary['path'])}  ({summary['format']})"
         + (f"  run {clean(str(run['name']))} ({clean(run['id'])})" if run else ""),
         f"records {fmt_count(summary['records'])}   segments {summary['segments']}   "
-        f"malformed {summary['malformed']}"
-        + (f" (lines {', '.join(map(str, summary['malformed_lines']))}"
-           + (", ..." if summary["malformed"] > len(summary["malformed_lines"]) else "") + ")"
-           if summary["malformed"] else ""),
+        f"malformed {summary['malformed']}" + _malformed_where(summary),
     ]
     if summary["events"]:
         lines.append("events   " + "  ".join(f"{k} x{v}" for k, v in summary["events"].items()))

@@ -7,7 +7,8 @@ folder of run directories), of which one run is read: the one ``run`` names, or 
 
 The metric streams are not held: a :class:`FileBatches` reads its file chunk by chunk each time
 it is walked, so a command holds one read chunk's batch at a time however long the run (#15), and
-one that walks a stream twice reads the file twice.
+one that walks a stream twice reads the file twice. A W&B log carries its
+run's console itself (read with the run, not held back).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import os
 import re
 import sqlite3
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -169,7 +170,7 @@ def _reason(e: BaseException) -> str:
 
 def _load_path(p: Path) -> LoadedRun:
     """A metrics file or a run directory."""
-    from trainwatch.formats.detect import find_metric_files
+    from trainwatch.formats.detect import find_metric_files, read_file
 
     try:
         if p.is_dir():
@@ -181,12 +182,17 @@ def _load_path(p: Path) -> LoadedRun:
             files = [p]
         run = LoadedRun(path=p, format="")
         main_file = next((f for f in files if rank_of(f) is None), None)
+        console = _ConsoleLines()
         for f in files:
             r = rank_of(f)
-            batches = FileBatches(f)
+            batches: Iterable[RecordBatch] = FileBatches(f)
+            if r is None and f == main_file and batches.format == "wandb":
+                # its console comes with its records: read at once (held, unlike the others)
+                batches = read_file(f, fmt="wandb", on_text=console.add)
             if r is None and f == main_file:
                 run.main = batches
-                run.format = batches.first_format()
+                run.format = (batches.first_format() if isinstance(batches, FileBatches)
+                              else batches[0].format if batches else "jsonl")
             elif r is not None:
                 run.ranks[r] = batches
             run.files.append(f)
@@ -195,7 +201,8 @@ def _load_path(p: Path) -> LoadedRun:
             first = min(run.ranks)
             run.main = run.ranks[first]
             run.format = "jsonl"
-        console_dir = p if p.is_dir() else None
+        run.console, run.console_first_line = console.result()
+        console_dir = p if p.is_dir() and not run.console else None
         if console_dir is not None:
             for name in CONSOLE_NAMES:
                 c = console_dir / name
@@ -220,6 +227,32 @@ def load_error(e: OSError | ValueError, p: Path) -> LoadError | OSError:
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         return LoadError(msg if msg.startswith(str(p)) else f"{p}: {msg}")
     return e  # another OSError (a disk error): as it was
+
+
+class _ConsoleLines:
+    """Console lines a metrics stream carries (W&B), at most :data:`MAX_CONSOLE_LINES`: the
+    last ones, numbered as in the whole console, as :func:`read_console` keeps a log's."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.first = 1
+
+    def add(self, lines: Sequence[str], first_line: int) -> None:
+        if not self.lines:
+            self.first = first_line
+        self.lines.extend(lines)
+        if len(self.lines) > 2 * MAX_CONSOLE_LINES:  # trimmed now and then, not per call
+            self._trim()
+
+    def _trim(self) -> None:
+        drop = len(self.lines) - MAX_CONSOLE_LINES
+        if drop > 0:
+            del self.lines[:drop]
+            self.first += drop
+
+    def result(self) -> tuple[list[str], int]:
+        self._trim()
+        return self.lines, self.first
 
 
 def read_console(

@@ -11,6 +11,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 ROLES = ("loss", "val_loss", "lr", "grad_norm", "throughput", "step_time", "memory", "epoch")
+SYSTEM_PREFIX = "system/"
+"""Series a logger samples from the machine rather than the training loop logs (W&B's system
+metrics: ``system/cpu``, ``system/gpu.0.gpu``...). They take no role; charts put them last."""
 
 DEFAULT_ALIASES: Mapping[str, tuple[str, ...]] = {
     # (Lightning logs ``on_step`` and ``on_epoch`` as ``_step`` and ``_epoch`` series: the

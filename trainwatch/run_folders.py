@@ -57,7 +57,8 @@ def _walk(root: Path, d: Path, depth: int, found: list[RunDir]) -> None:
     if depth <= 0 or len(found) >= MAX_RUNS * 2:
         return
     try:
-        children = sorted(p for p in d.iterdir() if p.is_dir() and not p.name.startswith("."))
+        children = sorted(p for p in d.iterdir() if p.is_dir() and not p.name.startswith(".")
+                          and not is_sibling_link(p))  # W&B's latest-run: a run listed anyway
     except OSError:
         return
     for child in children:
@@ -93,3 +94,14 @@ def runs_in(path: Path) -> tuple[str, list[StoredRun]] | None:
         runs.append(StoredRun(store=path, run_id=r.rel, name=r.rel, format=fmt,
                               updated=r.mtime or None, directory=r.path))
     return FORMAT, runs
+
+
+def is_sibling_link(path: Path) -> bool:
+    """``path`` is a link to a folder beside it (W&B's ``wandb/latest-run``): a second name
+    for a run that a listing of the folder already holds."""
+    if not path.is_symlink():
+        return False
+    try:
+        return path.resolve().parent == path.parent.resolve()
+    except OSError:
+        return False

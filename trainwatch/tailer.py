@@ -102,7 +102,7 @@ def terminal_text(line: bytes) -> str:
     return ""
 
 
-def _drop_overwritten(partial: bytes) -> bytes:
+def drop_overwritten(partial: bytes) -> bytes:
     """Forget the part of an unfinished text line that a later ``\\r`` overwrote, so a tqdm bar
     redrawn for hours without a newline keeps only its current text in memory."""
     i = len(partial) - 1
@@ -273,10 +273,19 @@ class FileTailer:
             reset, self._pending_reset = self._pending_reset, False
             try:
                 self._emit(out, self.reader.feed(data, reset=reset))  # type: ignore[union-attr]
+                self._stream_text(out)
             except Exception as e:  # noqa: BLE001 - a reader bug: report, skip, go on
                 self._failed(out, f"{self.name}: the {self.reader.format} reader failed "  # type: ignore[union-attr]
                              f"on bytes {self._offset - len(data):,}-{self._offset:,} "
                              f"({type(e).__name__}: {e}); those bytes were skipped")
+
+    def _stream_text(self, out: list[TailItem]) -> None:
+        """Console lines a stream carries (a W&B log's output records), after its batch: they
+        go where a ``console.log``'s lines go."""
+        take_text = getattr(self.reader, "take_text", None)
+        got = take_text() if take_text is not None else None
+        if got is not None:
+            out.append(TextChunk(self.name, tuple(got[0]), got[1]))
 
     def _split_lines(self, out: list[TailItem], data: bytes) -> None:
         buf = self._partial + data
@@ -289,7 +298,7 @@ class FileTailer:
         cut = buf.rfind(b"\n") + 1
         whole, partial = buf[:cut], buf[cut:]
         if self.kind == "text":
-            partial = _drop_overwritten(partial)
+            partial = drop_overwritten(partial)
         if len(partial) > self.max_line_bytes:
             # hand it on as one line (the reader reports it as too long), skip to its newline
             whole, partial, self._skipping = whole + partial + b"\n", b"", True

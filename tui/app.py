@@ -250,6 +250,12 @@ class TrainwatchApp(ViewActions, RunControl, AlertFeed, Redraws, App[int]):
         model = self.models.get(msg.run_id)
         if model is None:
             return
+        if msg.first_line == 1 and model.console:
+            # the source started over (a W&B log read again from the top: its console comes
+            # in the metrics stream, so no reset of the console file says so)
+            model.console.clear()
+            if msg.run_id == self.current:
+                self._dirty.reset_console = True
         model.console.extend(msg.lines)
         if msg.run_id == self.current:
             self._dirty.console.extend(msg.lines)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from trainwatch.humanize import fmt_count, fmt_duration, fmt_num
-from trainwatch.roles import DEFAULT_ROLES
+from trainwatch.roles import DEFAULT_ROLES, SYSTEM_PREFIX
 from trainwatch.store import Points
 from trainwatch.tui.chart_render import ChartSpec, Mark, Trace
 from trainwatch.tui.run_model import AlertEntry, RunModel
@@ -86,7 +86,8 @@ def choose_panels(
         used.update(roles[r] for r in present)
         panels.append(PanelDef(key, roles.get(members[0], key),
                                tuple(lines), key in LOG_BY_DEFAULT))
-    for nm in names:
+    # the run's own series before the machine's (W&B's system/cpu, system/gpu.0.gpu...)
+    for nm in sorted(names, key=lambda nm: nm.startswith(SYSTEM_PREFIX)):
         if len(panels) >= n:
             break
         if nm not in used and DEFAULT_ROLES.role_of(nm) not in ("epoch",):

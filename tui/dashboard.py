@@ -178,7 +178,8 @@ class Dashboard(Screen):
             self.query_one(AlertsPane).show_entries(app.visible_alerts(), app.overlaying())
         pane = self.query_one(ConsolePane)
         # console.log is optional: no pane (and no warning) until it has something to show
-        self.set_class(model.spec.console is None or not model.console, "-no-console-file")
+        # (a W&B log brings its console in the metrics stream, with no console file)
+        self.set_class(not model.console, "-no-console-file")
         if reset_console or full:
             pane.clear()
             pane.add_lines(list(model.console))

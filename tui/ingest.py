@@ -289,7 +289,8 @@ class IngestService:
         if route is None:
             return
         run = route[0]
-        run.console_seen = True
+        if route[1] == "console":  # (not a W&B log's console: a console file is still optional)
+            run.console_seen = True
         with run.lock:
             alerts = self._guard(run, lambda e: e.feed_console(lines, first_line))
         self._post(ConsoleLines(run.spec.run_id, tuple(lines), first_line, tuple(alerts),

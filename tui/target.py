@@ -23,7 +23,7 @@ from trainwatch.run_stores import (
 )
 
 TargetKind = Literal["file", "run", "sweep", "waiting"]
-FILE_SUFFIXES = (".jsonl", ".json", ".log", ".csv", ".txt")
+FILE_SUFFIXES = (".jsonl", ".json", ".log", ".csv", ".txt", ".wandb")
 """A missing PATH ending like this is a file to wait for; anything else is a run directory."""
 DEFAULT_METRICS = "metrics.jsonl"
 
@@ -98,6 +98,10 @@ def _run_spec(run_dir: Path, run_id: str) -> RunSpec | None:
     files = find_metric_files(run_dir)
     if not files:
         return None
+    if run_dir.is_symlink() and run_dir not in files[0].parents:
+        # read through the link's target (W&B's latest-run): the run is that folder's, and when
+        # the link moves to a new run, the rescan finds a run of another name, not this one's
+        run_id = files[0].parent.name
     return RunSpec(run_id, run_dir, tuple(files), _console_beside(run_dir, tuple(files)))
 
 

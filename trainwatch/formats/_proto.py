@@ -168,11 +168,13 @@ def _parse_value(b: bytes, i: int, end: int) -> SummaryValue:
         elif fn == 8 and wt == 2:
             value = _tensor_scalar(b, a, z)
         elif fn == 9 and wt == 2:
-            plugin = _plugin_name(b, a, z)
+            plugin = inner_string(b, a, z)  # plugin_data.plugin_name
     return SummaryValue(tag, value, plugin)
 
 
-def _plugin_name(b: bytes, i: int, end: int) -> str | None:
+def inner_string(b: bytes, i: int, end: int) -> str | None:
+    """The string in field 1 of the message in field 1 of ``b[i:end]`` (a summary value's
+    ``plugin_data.plugin_name``, a W&B header's ``version_info.producer``), else None."""
     for fn, wt, a, z in _fields(b, i, end):
         if fn == 1 and wt == 2:
             for fn2, wt2, a2, z2 in _fields(b, a, z):

@@ -9,8 +9,11 @@ Three kinds, because real writers behave in three ways:
   ``metrics.csv`` when a column appears). The tailer re-reads the whole file when it changes;
   the reader returns only records it has not returned before, or a batch with ``reset=True``
   when the history it returned earlier changed.
-* ``stream``: a binary append-only format with its own framing (TensorBoard event files). The
-  tailer hands over new bytes; the reader keeps any incomplete frame itself.
+* ``stream``: a binary append-only format with its own framing (TensorBoard event files, W&B
+  ``.wandb`` logs). The tailer hands over new bytes; the reader keeps any incomplete frame
+  itself. A stream that also carries the run's console text (W&B) has a ``take_text()`` that
+  returns the lines completed since the last call and the number of the first (or None); the
+  tailer and the loaders hand them on as a ``console.log``'s lines.
 """
 
 from __future__ import annotations

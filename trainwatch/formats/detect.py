@@ -7,6 +7,7 @@ decide where the content cannot yet (an empty file just created by a starting ru
 format             recognised by
 =================  ======================================================================
 ``tfevents``       ``events.out.tfevents.*``, or a first TFRecord frame header whose CRC holds
+``wandb``          ``*.wandb`` (W&B's ``run-<id>.wandb``), or a file starting with ``:W&B``
 ``hf_trainer``     ``trainer_state.json``, or JSON starting ``{`` with ``"log_history": [``
 ``mmcv``           ``*.log.json``, or JSON lines starting with ``{"env_info"`` or carrying
                    ``mode`` with ``epoch``/``iter``
@@ -24,6 +25,7 @@ Any other pretty-printed JSON document (first line ``{``) is not a metrics file.
 
 from __future__ import annotations
 
+import os
 import re
 import time as _time
 from collections.abc import Callable
@@ -42,10 +44,11 @@ from trainwatch.formats.mmengine import MmengineScalarsReader
 from trainwatch.formats.read import read_file, read_with
 from trainwatch.formats.textlog import TextLogReader, parse_metric_line
 from trainwatch.formats.tfevents import HEADER, TfEventsReader, _header_ok
+from trainwatch.formats.wandb import WandbReader, is_wandb_head
 
 FORMATS: tuple[str, ...] = (
     "jsonl", "hf_trainer", "lightning_csv", "keras_csv", "detectron2", "mmcv", "mmengine",
-    "tfevents", "textlog",
+    "tfevents", "wandb", "textlog",
 )
 """Every format name :func:`detect_format` can return."""
 __all__ = [
@@ -63,6 +66,7 @@ _READERS = {
     "mmcv": MmcvLogReader,
     "mmengine": MmengineScalarsReader,
     "tfevents": TfEventsReader,
+    "wandb": WandbReader,
     "textlog": TextLogReader,
 }
 _HF_KEY = re.compile(r'"log_history"\s*:\s*\[')
@@ -90,7 +94,7 @@ def detect_format(path: Path, head: bytes) -> str:
             f"{path}: unknown metrics format (starts with {preview!r}); supported: "
             f"{', '.join(FORMATS)} (JSON lines, trainer_state.json, metrics.csv, Keras CSV, "
             "detectron2 metrics.json, mmcv *.log.json, mmengine scalars.json, "
-            "events.out.tfevents.*, llm.c/nanoGPT text logs)"
+            "events.out.tfevents.*, W&B run-*.wandb, llm.c/nanoGPT text logs)"
         )
     return fmt
 
@@ -98,6 +102,8 @@ def detect_format(path: Path, head: bytes) -> str:
 def _detect(path: Path, head: bytes, *, strict: bool) -> str | None:
     """``strict``: only positive evidence in the content (no guess from the name alone)."""
     low = path.name.lower()
+    if low.endswith(".wandb") or is_wandb_head(head):
+        return "wandb"
     if low.startswith("events.out.tfevents") or _looks_like_tfrecord(head):
         return "tfevents"
     if low.endswith((".jsonl", ".ndjson")):
@@ -232,6 +238,8 @@ def find_metric_files(run_dir: Path) -> list[Path]:
     """What to read in a run folder, in this order:
 
     1. ``metrics.jsonl``, then ``metrics.rank{N}.jsonl`` by N (trainwatch's own writer);
+       else, in a W&B run folder (``wandb/run-*``, ``wandb/offline-run-*``), its
+       ``run-<id>.wandb`` alone (see :func:`wandb_log_of`);
     2. framework files, sorted by path: the newest ``trainer_state.json`` (``checkpoint-*``
        by step, see :func:`newest_trainer_state`), ``metrics.csv`` here or in the newest
        ``lightning_logs/version_N``, mmengine's ``vis_data/*.json`` (here or in the newest
@@ -261,6 +269,10 @@ def find_metric_files(run_dir: Path) -> list[Path]:
     ranked = [(r, p) for p in files.values() if (r := rank_of(p)) is not None
               and p.name.startswith("metrics.")]
     first += [p for _r, p in sorted(ranked)]
+    if not first:
+        wandb_log = wandb_log_of(run_dir, files)
+        if wandb_log is not None:
+            return [wandb_log]
 
     found: set[Path] = set()
     hf = newest_trainer_state(run_dir)
@@ -317,6 +329,23 @@ def find_metric_files(run_dir: Path) -> list[Path]:
     if not first and not found:
         found.update(text_logs)
     return first + sorted(found - set(first))
+
+
+def wandb_log_of(run_dir: Path, files: dict[str, Path]) -> Path | None:
+    """The ``run-<id>.wandb`` among a folder's ``files`` (the last by name if several), or None.
+
+    Reached through a link to a run folder (W&B's ``wandb/latest-run``), the path goes through
+    the link's target instead: W&B points the link at the next run when one starts, and the run
+    being read must not change under the reader (nor its file seem deleted)."""
+    logs = sorted(p for name, p in files.items() if name.endswith(".wandb"))
+    if not logs:
+        return None
+    if run_dir.is_symlink():
+        try:
+            return run_dir.parent / os.readlink(run_dir) / logs[-1].name
+        except OSError:
+            pass
+    return logs[-1]
 
 
 def _children(d: Path, *, must_exist: bool = False) -> list[Path]:

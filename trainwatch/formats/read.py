@@ -9,7 +9,9 @@ line, and the final line even without its newline (the file is finished). The fi
 one reusable buffer; a reader with ``parse_buffer`` (JSONL) parses each chunk in place there and
 says how many lines it held, the others get a copy of the chunk as ``bytes``. A snapshot file is
 parsed once; a file that is not valid at all is an error here (there is no "retry later").
-An event file is fed in chunks, and a truncated final frame is reported as malformed.
+An event file is fed in chunks, and a truncated final frame is reported as malformed. A stream
+that also carries the run's console (a W&B log: its reader has ``take_text``) hands the lines
+to ``on_text`` as they complete.
 
 Missing and unreadable files raise ``FileNotFoundError`` / ``PermissionError`` (with the path)
 for the CLI to turn into one-line errors; an unknown format raises ``ValueError``.
@@ -17,40 +19,46 @@ for the CLI to turn into one-line errors; an unknown format raises ``ValueError`
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from trainwatch.batch import RecordBatch
 from trainwatch.formats.base import Reader
 
 CHUNK_BYTES = 4 << 20
+TextCallback = Callable[[Sequence[str], int], None]
+"""(console lines, 1-based number of the first)."""
 
 
 def read_file(
-    path: Path, *, fmt: str | None = None, chunk_bytes: int = CHUNK_BYTES
+    path: Path, *, fmt: str | None = None, chunk_bytes: int = CHUNK_BYTES,
+    on_text: TextCallback | None = None,
 ) -> list[RecordBatch]:
     """Every batch of ``path``, in order (format detected unless ``fmt`` is given)."""
-    return list(iter_file(path, fmt=fmt, chunk_bytes=chunk_bytes))
+    return list(iter_file(path, fmt=fmt, chunk_bytes=chunk_bytes, on_text=on_text))
 
 
 def iter_file(
-    path: Path, *, fmt: str | None = None, chunk_bytes: int = CHUNK_BYTES
+    path: Path, *, fmt: str | None = None, chunk_bytes: int = CHUNK_BYTES,
+    on_text: TextCallback | None = None,
 ) -> Iterator[RecordBatch]:
     """:func:`read_file` one batch at a time, read as it is asked for."""
     from trainwatch.formats.detect import make_reader  # detect re-exports this module's API
 
     path = Path(path)
     reader = make_reader(path, fmt=fmt)
-    return iter_with(reader, path, chunk_bytes=chunk_bytes)
+    return iter_with(reader, path, chunk_bytes=chunk_bytes, on_text=on_text)
 
 
-def read_with(reader: Reader, path: Path, *, chunk_bytes: int = CHUNK_BYTES) -> list[RecordBatch]:
+def read_with(reader: Reader, path: Path, *, chunk_bytes: int = CHUNK_BYTES,
+              on_text: TextCallback | None = None) -> list[RecordBatch]:
     """Every batch of ``path`` read by ``reader`` (a fresh one of any kind)."""
-    return list(iter_with(reader, path, chunk_bytes=chunk_bytes))
+    return list(iter_with(reader, path, chunk_bytes=chunk_bytes, on_text=on_text))
 
 
 def iter_with(
-    reader: Reader, path: Path, *, chunk_bytes: int = CHUNK_BYTES
+    reader: Reader, path: Path, *, chunk_bytes: int = CHUNK_BYTES,
+    on_text: TextCallback | None = None,
 ) -> Iterator[RecordBatch]:
     """:func:`read_with` one batch at a time. A snapshot file is parsed (and a bad one raises)
     before the first batch is asked for; the other kinds read as they are asked."""
@@ -63,13 +71,15 @@ def iter_with(
             )
         return iter((batch,))
     if reader.kind == "stream":
-        return _read_stream(reader, path, chunk_bytes)
+        return _read_stream(reader, path, chunk_bytes, on_text)
     return _read_lines(reader, path, chunk_bytes)
 
 
-def _read_stream(reader: Reader, path: Path, chunk_bytes: int) -> Iterator[RecordBatch]:
+def _read_stream(reader: Reader, path: Path, chunk_bytes: int,
+                 on_text: TextCallback | None) -> Iterator[RecordBatch]:
     """An event file's batches that carry something (it is mostly frames without scalars); its
-    first batch when none does."""
+    first batch when none does. The console lines a W&B log carries go to ``on_text``."""
+    take_text = getattr(reader, "take_text", None) if on_text is not None else None
     first: RecordBatch | None = None
     kept = 0
     with path.open("rb") as f:
@@ -82,6 +92,9 @@ def _read_stream(reader: Reader, path: Path, chunk_bytes: int) -> Iterator[Recor
                 if finish is None:
                     break
                 batch = finish()
+            text = take_text() if take_text is not None else None
+            if text is not None:
+                on_text(*text)  # type: ignore[misc]
             if first is None:
                 first = batch
             if not batch.is_empty() or batch.meta:

@@ -37,14 +37,13 @@ What becomes a record, and the choices made here:
 
 from __future__ import annotations
 
-import time as _time
-from collections.abc import Callable
 from typing import Any
 
 from trainwatch.batch import RecordBatch
-from trainwatch.builder import BatchBuilder, StreamState
+from trainwatch.builder import BatchBuilder
 from trainwatch.formats._crc32c import masked_crc32c
 from trainwatch.formats._proto import ProtoError, parse_event, parse_simple_scalar
+from trainwatch.formats._stream import StreamReaderBase
 
 HEADER = 12
 FOOTER = 4
@@ -62,17 +61,10 @@ def _header_ok(buf: bytes | bytearray, pos: int) -> bool:
     return masked_crc32c(length_bytes) == crc
 
 
-class TfEventsReader:
+class TfEventsReader(StreamReaderBase):
     """Consumes the bytes of one event file as they arrive."""
 
-    kind = "stream"
     format = "tfevents"
-
-    def __init__(self, source: str, *, clock: Callable[[], float] = _time.time) -> None:
-        self.source = source
-        self.clock = clock
-        self.state = StreamState()
-        self._init_stream()
 
     def _init_stream(self) -> None:
         self._buf = bytearray()
@@ -83,10 +75,6 @@ class TfEventsReader:
         self._plugins: dict[str, str] = {}
         self._pending: dict[str, Any] | None = None
 
-    def reset(self) -> None:
-        self.state.reset()
-        self._init_stream()
-
     @property
     def buffered(self) -> int:
         """Bytes of an incomplete frame held for the next call."""
@@ -96,7 +84,7 @@ class TfEventsReader:
         """Consume new bytes; an incomplete trailing frame is kept for the next call."""
         if reset:
             self.reset()
-        builder = BatchBuilder(self.source, self.state, self.format, self.clock)
+        builder = self._builder()
         meta: dict[str, Any] = {}
         buf = self._buf
         buf += data
@@ -130,7 +118,7 @@ class TfEventsReader:
 
     def finish(self) -> RecordBatch:
         """At the end of a closed file: report (and drop) an incomplete final frame."""
-        builder = BatchBuilder(self.source, self.state, self.format, self.clock)
+        builder = self._builder()
         if self._buf:
             builder.add_malformed(
                 0, f"truncated final record: {len(self._buf)} bytes at byte {self._offset} "
