@@ -29,7 +29,7 @@ from trainwatch.formats._wandb_rows import HistoryColumns
 from trainwatch.formats.detect import detect_format, find_metric_files, read_file
 from trainwatch.formats.wandb import WandbReader
 from trainwatch.inspect import format_text, summarize
-from trainwatch.load import LoadError, load_run
+from trainwatch.load import RunChoiceError, load_run
 from trainwatch.tailer import FileTailer, Follower, TextChunk
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "wandb"
@@ -328,11 +328,12 @@ def test_path_forms_read_the_same_run() -> None:
 
 
 def test_the_wandb_folder_is_a_folder_of_runs() -> None:
-    with pytest.raises(LoadError) as e:
+    with pytest.raises(RunChoiceError) as e:
         load_run(ROOT)
-    msg = str(e.value)
-    assert "\n" not in msg and "a folder of 2 runs" in msg
-    assert str(OK) in msg and str(CRASH) in msg and f"{ROOT / 'latest-run'} is W&B's newest" in msg
+    msg = str(e.value)  # (the one line every store of several runs says; the runs are listed)
+    assert "\n" not in msg and "holds 2 runs: pick one with --run NAME_OR_ID" in msg
+    assert sorted(r.name for r in e.value.runs) == sorted([OK.name, CRASH.name])  # latest-run once
+    assert load_run(ROOT, CRASH.name).console[-1].startswith("RuntimeError: CUDA out of memory")
     from trainwatch.tui.target import discover
 
     target = discover(ROOT)
@@ -382,13 +383,14 @@ def test_cli_check_and_inspect() -> None:
     assert info["metrics"]["loss"]["role"] == "loss" and info["metrics"]["loss"]["nonfinite"] == 1
     assert info["metrics"]["loss"]["last_step"] == 299
     assert info["events"] == {"run_start": 1, "run_end": 1}
-    r = tw("check", ROOT)
-    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "give one of them" in r.stderr
+    r = tw("check", ROOT)  # the runs listed, then one line saying how to pick
+    assert r.returncode == 2 and "holds 2 runs: pick one with --run" in r.stderr.splitlines()[-1]
+    assert OK.name in r.stderr and CRASH.name in r.stderr
 
 
 def test_check_finds_the_nan_in_a_run_folder() -> None:
     from trainwatch.rules import load_rules_config
-    from trainwatch.rules.check import run_check
+    from trainwatch.commands.check import run_check
 
     alerts = run_check(load_run(OK), load_rules_config(None)).alerts
     assert [(a.rule, a.step) for a in alerts] == [("nan_inf", 120)]
