@@ -46,7 +46,7 @@ DEFAULT_PATTERNS: Mapping[str, tuple[str, ...]] = {
 
 _HIGHER_IS_BETTER = re.compile(
     r"(^|[/_\-.])(acc|accuracy|top1|top5|map|ap|ap50|ap75|bbox_map|segm_map|f1|auc|auroc|"
-    r"precision|recall|iou|miou|dice|bleu|rouge\w*|psnr|ssim|r2|throughput|tokens_per_sec|"
+    r"precision|recall|iou|miou|mean_io_u|dice|bleu|rouge\w*|psnr|ssim|r2|throughput|tokens_per_sec|"
     r"samples_per_second|tps|mfu|reward)($|[/_\-.]\w*$)",
     re.IGNORECASE,
 )

@@ -7,12 +7,16 @@ store, so spikes and NaNs survive), which keeps a frame's cost independent of ru
 
 from __future__ import annotations
 
+import itertools
+import math
+import re
 import time as _time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
+from trainwatch.families import DEFAULT_FAMILIES
 from trainwatch.humanize import fmt_count, fmt_duration, fmt_num
 from trainwatch.roles import DEFAULT_ROLES, SYSTEM_PREFIX
 from trainwatch.store import Points
@@ -33,6 +37,11 @@ ROLE_COLORS = {
     "loss": "#5fd7ff", "val_loss": "#ffd75f", "grad_norm": "#87d75f", "lr": "#d787ff",
     "throughput": "#5f87ff", "step_time": "#5f87ff",
 }
+VAL_COLORS = ("#ffd75f", "#ff875f", "#d7afff", "#87ffaf", "#ff5fd7", "#afd7ff", "#d7d787")
+"""Val loss lines, in the order of their names (the first is the ``val_loss`` role's colour)."""
+_SEP = re.compile(r"([/_\-. ])")
+MAX_VAL_LINES = 5
+"""Val losses drawn on the loss chart; of more, the worst by their last value to their best."""
 OTHER_COLORS = ("#5fd7ff", "#ffaf5f", "#87d75f", "#d787ff", "#ff5f87", "#ffd75f", "#5fffaf")
 SEVERITY_STYLE = {"error": "bold red", "warning": "bold yellow", "info": "bold blue"}
 MAX_MARKS = 64
@@ -75,16 +84,21 @@ def choose_panels(
         if key == "step_time" and "throughput" in roles:
             continue
         present = [r for r in members if r in roles]
-        if not present:
+        if key == "loss":
+            lines = loss_lines(model, names, roles)
+            present = ["loss"] if "loss" in roles else []
+            used.update(line.name for line in lines)
+        else:
+            lines = [Line(model.run_id, roles[r], ROLE_COLORS[r], roles[r]) for r in present]
+        if not lines:
             continue
-        lines = [Line(model.run_id, roles[r], ROLE_COLORS[r], roles[r]) for r in present]
         for i, o in enumerate(overlays):
             other = DEFAULT_ROLES.resolve(o.view.names()).get(members[0])
             if other is not None:
                 lines.append(Line(o.run_id, other, OTHER_COLORS[(i + 1) % len(OTHER_COLORS)],
                                   f"{o.run_id}:{other}"))
         used.update(roles[r] for r in present)
-        panels.append(PanelDef(key, roles.get(members[0], key),
+        panels.append(PanelDef(key, roles.get(members[0], lines[0].name),
                                tuple(lines), key in LOG_BY_DEFAULT))
     # the run's own series before the machine's (W&B's system/cpu, system/gpu.0.gpu...)
     for nm in sorted(names, key=lambda nm: nm.startswith(SYSTEM_PREFIX)):
@@ -93,6 +107,67 @@ def choose_panels(
         if nm not in used and DEFAULT_ROLES.role_of(nm) not in ("epoch",):
             panels.append(_single(model, overlays, nm, len(panels)))
     return panels
+
+
+def loss_lines(model: RunModel, names: list[str], roles: Mapping[str, str]) -> list[Line]:
+    """The loss chart's lines: the train loss, then every val/eval loss series (by family: all
+    six of HF's ``eval_g0_loss`` .. ``eval_g5_loss``), at most :data:`MAX_VAL_LINES` of them.
+
+    The train loss is the ``loss`` role, else the series the val losses pair with. Val lines
+    keep their colour while the choice of the worst changes (by their place among all)."""
+    fams = DEFAULT_FAMILIES.classify_run(names)
+    first = roles.get("val_loss")
+    vals = sorted((n for n, f in fams.items() if f.family == "val_loss"),
+                  key=lambda n: (n != first, _natural(n)))
+    train = roles.get("loss") or next((fams[n].pair for n in vals if fams[n].pair), None)
+    shown = set(vals)
+    if len(vals) > MAX_VAL_LINES:
+        shown = set(sorted(vals, key=lambda n: _worse_first(model, n))[:MAX_VAL_LINES])
+    labels = distinct_labels(vals)
+    lines = [Line(model.run_id, train, ROLE_COLORS["loss"], train)] if train else []
+    lines += [Line(model.run_id, n, VAL_COLORS[i % len(VAL_COLORS)], labels[n])
+              for i, n in enumerate(vals) if n in shown]
+    return lines
+
+
+def distinct_labels(names: list[str]) -> dict[str, str]:
+    """Each name less what all of them share at the start and the end, cut where a word
+    ends (``eval_g0_loss``, ``eval_g1_loss`` -> ``g0``, ``g1``): a title has room for a
+    handful of short labels, and the shared part is what the middle-cut would keep."""
+    if len(names) < 2:
+        return {n: n for n in names}
+    head = _SEP.split(names[0])
+    tail = list(head)
+    for n in names[1:]:
+        words = _SEP.split(n)
+        head = [a for a, _ in itertools.takewhile(lambda p: p[0] == p[1], zip(head, words))]
+        tail = [a for a, _ in itertools.takewhile(lambda p: p[0] == p[1],
+                                                  zip(reversed(tail), reversed(words)))][::-1]
+    out = {}
+    for n in names:
+        words = _SEP.split(n)
+        # words and separators alternate: drop whole words, and the separator next to them
+        body = words[len(head) + len(head) % 2: len(words) - len(tail) - len(tail) % 2]
+        out[n] = "".join(body) or n
+    return out
+
+
+def _natural(name: str) -> tuple:
+    """``eval_g2_loss`` before ``eval_g10_loss``."""
+    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))
+
+
+def _worse_first(model: RunModel, name: str) -> tuple[float, str]:
+    """Sort key: the highest last value relative to the series' best first (a NaN first)."""
+    s = model.view.get(name)
+    if s is None or s.last is None:
+        return (math.inf, name)
+    if not math.isfinite(s.last):
+        return (-math.inf, name)
+    if s.min is None:
+        return (math.inf, name)
+    ratio = s.last / s.min if s.min > 0 else s.last - s.min
+    return (-ratio, name)
 
 
 def _single(model: RunModel, overlays: list[RunModel], name: str, i: int) -> PanelDef:
