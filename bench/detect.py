@@ -153,7 +153,7 @@ class KindScore:
 
 CHUNK = 256 << 10
 """Bytes per read when parsing the labelled runs: a short file then comes in two or three reads,
-which the backfill joins (``rules.check.backfill_batches``), as a file that grew while it was read.
+which the backfill joins (``commands.check.backfill_batches``), as a file that grew while it was read.
 (Read whole, in ``check``'s 4 MiB, the ratio measures the same: 0.32-0.33x both ways, 2026-11-22;
 the parser learns its fast path's schema from the head of the first read either way.)"""
 

@@ -389,8 +389,8 @@ def test_cli_check_and_inspect() -> None:
 
 
 def test_check_finds_the_nan_in_a_run_folder() -> None:
-    from trainwatch.rules import load_rules_config
     from trainwatch.commands.check import run_check
+    from trainwatch.rules import load_rules_config
 
     alerts = run_check(load_run(OK), load_rules_config(None)).alerts
     assert [(a.rule, a.step) for a in alerts] == [("nan_inf", 120)]
