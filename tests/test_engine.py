@@ -321,31 +321,28 @@ def test_equally_ranked_names_resolve_the_same_in_any_order() -> None:
 
 
 def test_rules_are_built_per_config_in_frame_order(tmp_path: Path) -> None:
-    """The engine builds from a plan kept per config: the same rules in the same order as the
-    config says, whichever config an engine of the same process was built from before."""
-    from trainwatch.rules.engine.engine import _FRAME_RULES
+    """The engine builds the rules the config enables (a rule that also raises another's alerts
+    while either is on), in frame order, then the custom rules."""
+    from trainwatch.rules.engine.engine import _RULES
 
     off = tmp_path / "off.yaml"
     off.write_text("plateau: false\nmemory_growth: false\nstalled_stream: false\n"
+                   "console_error: false\n"
                    "custom:\n  - id: acc_low\n    metric: acc\n    below: 0.5\n")
     cfg_off = load_rules_config(off)
-    order: list[str] = []
-    for rid, _cls in _FRAME_RULES:  # one analysis serves both (built while either is on)
-        order += ["state_detach", "memory_growth"] if rid == "state_detach" else [rid]
-    growth = ("state_detach", "memory_growth")
-    for cfg in (CFG, cfg_off, CFG, cfg_off):  # each the second time from the kept plan
+    for cfg in (CFG, cfg_off, CFG, cfg_off):
         e = RuleEngine(cfg, live=False)
-        assert [r.id for r in e._rules] == [
-            *[rid for rid in order if rid in growth or cfg.rules[rid].enabled],
-            *[c.id for c in cfg.custom]]
-        assert (e._stream is not None) == cfg.rules["stalled_stream"].enabled
-        assert e._stream is None or e._stream.id == "stalled_stream"
-        assert ("plateau" in e._enabled) == (cfg is CFG) and ("acc_low" in e._enabled) == (
-            cfg is cfg_off)
+        built = [r.id for r in e._rules]
+        assert built == [*[rid for rid, _c in _RULES if rid in built], *[c.id for c in cfg.custom]]
+        on = cfg is CFG
+        assert all((rid in built) == on for rid in ("plateau", "memory_growth", "stalled_stream"))
+        assert "console_error" in built  # (state_detach's console errors are its to tell)
+        assert ("plateau" in e._enabled) == on and ("acc_low" in e._enabled) == (not on)
 
 
 def test_a_reset_forgets_the_rank_streams() -> None:
-    """The rank rule is built when a rank stream first comes, and built anew by a reset."""
+    """A reset (the main stream read again from the top) builds the rules anew: the rank rule
+    forgets what the rank streams brought."""
     from test_rules_system import _rank_streams
 
     e = RuleEngine(CFG, live=False)

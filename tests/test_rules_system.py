@@ -245,8 +245,8 @@ def test_straggler_backfill_and_live_agree() -> None:
 def test_straggler_episodes_match_the_per_step_definition() -> None:
     """Runs of slow steps are taken a run at a time; the per-step state machine is the
     reference (carried across calls, as batches arrive)."""
-    from trainwatch.roles import DEFAULT_ROLES
     from trainwatch.rules.builtin.rank_straggler import RankStraggler, _RankState
+    from trainwatch.rules.engine.base import Context
 
     cfg = load_rules_config().rules["rank_straggler"]
 
@@ -275,7 +275,7 @@ def test_straggler_episodes_match_the_per_step_definition() -> None:
         slow = rng.random(n) < rng.uniform(0.1, 0.95)
         ref_state, state = _RankState(), _RankState()
         ref = by_step(ref_state, slow.tolist())
-        r = RankStraggler(cfg, DEFAULT_ROLES, live=False)
+        r = RankStraggler(cfg, Context(load_rules_config(), live=False))
         r.inverted = False
         got = []
         cuts = sorted({0, n, *rng.integers(0, n, 3).tolist()})

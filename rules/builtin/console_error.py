@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from trainwatch.rules.builtin.state_detach import DETACH_CAUSES, DETACH_FIXES, DetachConfig
 from trainwatch.rules.config.schema import RuleBase, integer
-from trainwatch.rules.engine.base import Hit, make_hit
+from trainwatch.rules.engine.base import Context, Hit, Rule, make_hit
 
 
 @dataclass(frozen=True)
@@ -140,12 +140,13 @@ _TB_LINES = 400
 interleaves other output with it, does not keep the rule reading every line)."""
 
 
-class ConsoleRule:
+class ConsoleRule(Rule):
     id = "console_error"
+    also_raises = ("state_detach",)  # PyTorch's errors of a state never detached, (c)
 
-    def __init__(self, cfg: ConsoleConfig, detach: DetachConfig) -> None:
-        self.cfg = cfg
-        self.detach = detach
+    def __init__(self, cfg: ConsoleConfig, ctx: Context) -> None:
+        super().__init__(cfg, ctx)
+        self.detach: DetachConfig = ctx.config.rules["state_detach"]
         self.retain_seen = False
         self.twice_seen = False
         self.last_line: dict[str, int] = {}
@@ -154,7 +155,8 @@ class ConsoleRule:
         self.traceback_known = False
         """A known error was told inside it: its exception line is not told again."""
 
-    def feed(self, lines: Sequence[str], first_line: int, step: int, time: float) -> list[Hit]:
+    def update_console(self, lines: Sequence[str], first_line: int, step: int,
+                       time: float) -> list[Hit]:
         hits: list[Hit] = []
         for i, line in enumerate(lines):
             n = first_line + i

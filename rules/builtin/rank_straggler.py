@@ -23,7 +23,7 @@ from trainwatch.humanize import fmt_duration
 from trainwatch.roles import RoleTable
 from trainwatch.rules.config.schema import RuleBase, integer, num
 from trainwatch.rules.detectors.stats import distinct
-from trainwatch.rules.engine.base import Hit, make_hit, r6, rank_causes
+from trainwatch.rules.engine.base import Context, Hit, Rule, make_hit, r6, rank_causes
 
 
 @dataclass(frozen=True)
@@ -85,13 +85,13 @@ class _RankState:
         """Consecutive compared steps below the ratio (while active)."""
 
 
-class RankStraggler:
+class RankStraggler(Rule):
     id = "rank_straggler"
 
-    def __init__(self, cfg: StragglerConfig, roles: RoleTable, *, live: bool = True) -> None:
-        self.cfg = cfg
-        self.roles = roles
-        self.live = live
+    def __init__(self, cfg: StragglerConfig, ctx: Context) -> None:
+        super().__init__(cfg, ctx)
+        self.roles: RoleTable = ctx.config.roles
+        self.live = ctx.live
         self.ranks: dict[int, _RankState] = {}
         self.inverted: bool | None = None
         """The ranks log throughput, not step time (taken from the first rank seen)."""
@@ -119,7 +119,7 @@ class RankStraggler:
         v = ch.values[ok]
         return ch.steps[ok], 1.0 / v if inverted else v, ch.times[ok]
 
-    def feed(self, rank: int, batch: RecordBatch) -> list[Hit]:
+    def update_rank(self, rank: int, batch: RecordBatch) -> list[Hit]:
         if batch.reset or batch.rewinds:
             self.reset()  # a restarted rank: comparisons start over for everyone
         st = self.ranks.setdefault(rank, _RankState())
@@ -139,7 +139,7 @@ class RankStraggler:
         lead = max(reported)
         return self._compare(min(m for m in reported if m >= lead - self.cfg.max_lag_steps))
 
-    def finish(self) -> list[Hit]:
+    def finish(self, now: float) -> list[Hit]:
         """Compare whatever is left (in a backfill: everything)."""
         reported = [s.max_step for s in self.ranks.values() if s.max_step >= 0]
         return self._compare(max(reported)) if len(reported) >= self.cfg.min_ranks else []

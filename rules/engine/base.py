@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from trainwatch.batch import Event
+from trainwatch.batch import Event, RecordBatch
 from trainwatch.humanize import fmt_num
 from trainwatch.rules.engine.alert import Alert, Cause
 from trainwatch.rules.engine.step_log import StepLog
@@ -139,9 +139,11 @@ class Context:
     answers it.
     """
 
-    def __init__(self, config: Any = None) -> None:
+    def __init__(self, config: Any = None, live: bool = True) -> None:
         self.config = config
         """The whole rules config (:class:`~trainwatch.rules.config.loading.RulesConfig`)."""
+        self.live = live
+        """Fed as data arrives (the TUI), not a backfill of what a file holds (``check``)."""
         self._hist: dict[str, deque[tuple[int, int, float]]] = {}
         """role -> (pos, step, value) of its last HISTORY finite points before this frame."""
         self.frame: Frame | None = None
@@ -227,6 +229,9 @@ class Rule:
     """
 
     id: str = ""
+    also_raises: tuple[str, ...] = ()
+    """Other rule ids whose alerts this rule raises (console_error tells state_detach's console
+    errors): it is built while any of them is enabled."""
     reads_unresolved: tuple[tuple[str, str], ...] = ()
     """(role, the role the rule reads instead while no series of the first is seen): a fallback,
     throughput from the step time. When the fallback's series is there, the engine counts a
@@ -249,13 +254,28 @@ class Rule:
     def update(self, frame: Frame) -> list[Hit]:
         return []
 
+    def update_rank(self, rank: int, batch: RecordBatch) -> list[Hit]:
+        """One batch of one rank's own stream (``metrics.rank{N}.jsonl``)."""
+        return []
+
+    def update_console(self, lines: Sequence[str], first_line: int, step: int,
+                       time: float) -> list[Hit]:
+        """Lines of the run's console (numbered from ``first_line``), read when the main stream
+        was at ``step`` and ``time``."""
+        return []
+
     def rewind(self) -> None:
         """A new segment starts (a resumed run replays steps): reset per-segment state."""
 
+    def arrived(self, now: float | None) -> None:
+        """Live: a batch of the main stream arrived at ``now`` (on the clock ``tick`` gets)."""
+
     def tick(self, now: float) -> list[Hit]:
+        """Live: the clock, while nothing arrives."""
         return []
 
     def finish(self, now: float) -> list[Hit]:
+        """The end of a backfill, judged at ``now``."""
         return []
 
     def alert(self, *, pos: int, severity: str, step: int, time: float, metric: str | None,

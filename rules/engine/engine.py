@@ -50,9 +50,10 @@ from trainwatch.rules.engine.alert import Alert
 from trainwatch.rules.engine.base import Context, Hit, Rule
 from trainwatch.rules.engine.framing import NO_ROWS, event_rows, frame_of
 
-# Frame order: a rule that another one consults runs first (grad spikes before loss spikes
-# and NaNs, state_detach before memory_growth and throughput_drop, overfit before plateau).
-_FRAME_RULES: tuple[tuple[str, type[Rule]], ...] = (
+# Every built-in rule, in the order a frame is given to them: a rule that another one consults
+# runs first (grad spikes before loss spikes and NaNs, state_detach before memory_growth and
+# throughput_drop, overfit before plateau). The rank and console rules read no frames.
+_RULES: tuple[tuple[str, type[Rule]], ...] = (
     ("grad_explosion", GradExplosionRule),
     ("loss_spike", LossSpikeRule),
     ("step_time_outlier", StepTimeOutlierRule),
@@ -66,6 +67,8 @@ _FRAME_RULES: tuple[tuple[str, type[Rule]], ...] = (
     ("plateau", PlateauRule),
     ("divergence", DivergenceRule),
     ("lr_exhausted", LrExhaustedRule),
+    ("rank_straggler", RankStraggler),
+    ("console_error", ConsoleRule),
     ("stalled_stream", StalledStreamRule),
 )
 _RANK = {rid: i for i, rid in enumerate(RULE_IDS)}
@@ -98,17 +101,12 @@ class RuleEngine:
     def _build(self) -> None:
         cfg = self.cfg
         plan = _plan(cfg)
-        ctx = self.ctx = Context(cfg)
+        ctx = self.ctx = Context(cfg, self.live)
         rules = [cls(rule_cfg, ctx) for cls, rule_cfg in plan.rules]
         self._rules = rules
         self._fallbacks = plan.fallbacks
         self._metrics = frozenset(name for rule in rules for name in rule.names_read())
         self._enabled = plan.enabled
-        self._stream: StalledStreamRule | None = (
-            rules[plan.stream] if plan.stream is not None else None)  # type: ignore[assignment]
-        # built when a rank stream or a console log first comes (most runs have neither)
-        self._straggler: RankStraggler | None = None
-        self._console: ConsoleRule | None = None
         self._segment: int | None = None
         self._guard_until: int | None = None
         self._guard: set[tuple[str, str | None]] = set()
@@ -141,8 +139,9 @@ class RuleEngine:
         if n == 0:
             return []
         out = self._feed(batch, n)
-        if self.live and self._stream is not None:
-            self._stream.arrived(now)
+        if self.live:
+            for rule in self._rules:
+                rule.arrived(now)
         return out
 
     def _feed(self, batch: RecordBatch, n: int) -> list[Alert]:
@@ -258,35 +257,24 @@ class RuleEngine:
     def feed_rank(self, rank: int, batch: RecordBatch, now: float | None = None) -> list[Alert]:
         """One rank's stream (``metrics.rank{N}.jsonl``): ``rank_straggler``. ``now`` (arrival
         time) is accepted as :meth:`feed` takes it; the rank rules do not read the clock."""
-        if "rank_straggler" not in self._enabled:
-            return []
-        if self._straggler is None:
-            self._straggler = RankStraggler(self.cfg.rules["rank_straggler"],  # type: ignore[arg-type]
-                                            self.cfg.roles, live=self.live)
-        return self._record(self._straggler.feed(rank, batch))
+        return self._record([h for rule in self._rules for h in rule.update_rank(rank, batch)])
 
     def feed_console(self, lines: Sequence[str], first_line: int) -> list[Alert]:
         """Text of the run's console log: ``console_error`` and ``state_detach`` (c)."""
-        if self._console is None:
-            self._console = ConsoleRule(self.cfg.rules["console_error"],  # type: ignore[arg-type]
-                                        self.cfg.rules["state_detach"])  # type: ignore[arg-type]
-        return self._record(self._console.feed(lines, first_line, self.last_step, self.last_time))
+        return self._record([h for rule in self._rules for h in rule.update_console(
+            lines, first_line, self.last_step, self.last_time)])
 
     def tick(self, now: float) -> list[Alert]:
-        """Live only: let ``stalled_stream`` see the clock."""
-        if not self.live or self._stream is None:
+        """Live only: let the rules see the clock (``stalled_stream``)."""
+        if not self.live:
             return []
-        return self._record(self._stream.tick(now))
+        return self._record([h for rule in self._rules for h in rule.tick(now)])
 
     def finish(self, now: float | None = None) -> list[Alert]:
         """End of a backfill: rank streams are compared (``rank_straggler``), and a file whose
         last record is old and has no ``run_end`` is a stalled stream."""
-        hits: list[Hit] = []
-        if "rank_straggler" in self._enabled and self._straggler is not None:  # (no rank: none)
-            hits.extend(self._straggler.finish())
-        if self._stream is not None:
-            hits.extend(self._stream.finish(_time.time() if now is None else now))
-        return self._record(hits)
+        now = _time.time() if now is None else now
+        return self._record([h for rule in self._rules for h in rule.finish(now)])
 
     # ------------------------------------------------------------------ internals
     def _rewind(self, batch: RecordBatch, seg: int) -> None:
@@ -343,8 +331,6 @@ class _Plan:
     rules: tuple[tuple[type[Rule], object], ...]
     """(rule class, its config) in frame order."""
     enabled: frozenset[str]
-    stream: int | None
-    """Index of stalled_stream among the built rules."""
     fallbacks: Mapping[str, frozenset[str]]
     """Role -> the roles rules read instead while it is unresolved (``Rule.reads_unresolved``,
     a class attribute)."""
@@ -352,14 +338,13 @@ class _Plan:
 
 def _plan(cfg: RulesConfig) -> _Plan:
     rules: list[tuple[type[Rule], object]] = [
-        (cls, cfg.rules[rid]) for rid, cls in _FRAME_RULES if cfg.rules[rid].enabled]
+        (cls, cfg.rules[rid]) for rid, cls in _RULES
+        if any(cfg.rules[r].enabled for r in (rid, *cls.also_raises))]
     rules += [(CustomRule, c) for c in cfg.custom if c.enabled]
-    stream = next((i for i, (cls, _c) in enumerate(rules) if cls is StalledStreamRule), None)
     enabled = frozenset({rid for rid in RULE_IDS if cfg.rules[rid].enabled}
                         | {c.id for c in cfg.custom if c.enabled})
     fallbacks: dict[str, set[str]] = {}
     for cls, _c in rules:
         for role, instead in cls.reads_unresolved:
             fallbacks.setdefault(role, set()).add(instead)
-    return _Plan(tuple(rules), enabled, stream,
-                 {role: frozenset(v) for role, v in fallbacks.items()})
+    return _Plan(tuple(rules), enabled, {role: frozenset(v) for role, v in fallbacks.items()})
