@@ -189,7 +189,7 @@ def test_trackio_runs_values_steps_and_times(trackio_db):
             before, _after = times[name][str(s)]
             assert before <= ts <= before + 1.0, (name, s)
         assert not events(run.main)  # trackio keeps no run status: no run_end, no run_start
-        assert run.main[0].meta == {"lr": TRACKIO_RUNS[name][1], "batch_size": 32,
+        assert next(iter(run.main)).meta == {"lr": TRACKIO_RUNS[name][1], "batch_size": 32,
                                     "max_steps": logged.STEPS}
 
 
@@ -205,7 +205,7 @@ def test_dvclive_folder_is_one_run_with_nested_names_from_folders(name):
     run = load_run(folder)
     recs = expected(name, loss_key="train/loss", runs=DVC_RUNS)
     assert_logged(run.main, recs, ("train/loss", "lr", "train/grad_norm", "eval/loss"))
-    assert run.main[0].meta["max_steps"] == logged.STEPS
+    assert next(iter(run.main)).meta["max_steps"] == logged.STEPS
     assert not events(run.main)  # DVCLive keeps no status
 
 

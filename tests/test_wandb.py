@@ -333,7 +333,9 @@ def test_the_wandb_folder_is_a_folder_of_runs() -> None:
     msg = str(e.value)  # (the one line every store of several runs says; the runs are listed)
     assert "\n" not in msg and "holds 2 runs: pick one with --run NAME_OR_ID" in msg
     assert sorted(r.name for r in e.value.runs) == sorted([OK.name, CRASH.name])  # latest-run once
-    assert load_run(ROOT, CRASH.name).console[-1].startswith("RuntimeError: CUDA out of memory")
+    run = load_run(ROOT, CRASH.name)
+    assert run.console == []  # the console comes with the records: known once they are walked
+    assert run.records == 42 and run.console[-1].startswith("RuntimeError: CUDA out of memory")
     from trainwatch.tui.target import discover
 
     target = discover(ROOT)

@@ -7,8 +7,9 @@ folder of run directories), of which one run is read: the one ``run`` names, or 
 
 The metric streams are not held: a :class:`FileBatches` reads its file chunk by chunk each time
 it is walked, so a command holds one read chunk's batch at a time however long the run (#15), and
-one that walks a stream twice reads the file twice. A W&B log carries its
-run's console itself (read with the run, not held back).
+one that walks a stream twice reads the file twice; a store's run is read through a fresh source
+on each walk (:class:`StoredBatches`). A W&B log carries its run's console itself: the console
+is the run's once the log has been walked.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 import os
 import re
 import sqlite3
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -62,14 +63,21 @@ class FileBatches:
         self.path = path
         self.format = detect_format(path, read_head(path))
         """The reader's format (one of ``trainwatch.formats.detect.FORMATS``)."""
+        self.on_console: Callable[[list[str], int], None] | None = None
+        """For a stream that carries the run's console (a W&B log): given the console's lines
+        (the last :data:`MAX_CONSOLE_LINES`) and the number of the first, at the end of a walk."""
 
     def __iter__(self) -> Iterator[RecordBatch]:
         from trainwatch.formats.read import iter_file
 
+        console = _ConsoleLines() if self.on_console is not None else None
         try:
-            yield from iter_file(self.path, fmt=self.format, chunk_bytes=READ_CHUNK)
+            yield from iter_file(self.path, fmt=self.format, chunk_bytes=READ_CHUNK,
+                                 on_text=console.add if console is not None else None)
         except (OSError, ValueError) as e:
             raise load_error(e, self.path) from None
+        if console is not None and self.on_console is not None:
+            self.on_console(*console.result())
 
     def first_format(self) -> str:
         """The format the first batch carries ("jsonl" for a file with none), from the file's
@@ -98,6 +106,10 @@ class LoadedRun:
     run_id: str | None = None
     """The run's id in its store (None for a file or run directory given as such)."""
     run_name: str | None = None
+
+    def take_console(self, lines: list[str], first_line: int) -> None:
+        """The console a metrics stream carried (a W&B log's), once a walk of it has ended."""
+        self.console, self.console_first_line = lines, first_line
 
     @property
     def records(self) -> int:
@@ -151,17 +163,32 @@ def _load_stored(stored: StoredRun) -> LoadedRun:
     assert stored.source is not None
     run = LoadedRun(path=stored.store, format=stored.format)
     try:
-        source = stored.source()
-        batches: list[RecordBatch] = []  # (held whole: a store's run is read through its source)
-        while True:
-            batches += source.poll(final=True)
-            if not source.has_more:
-                break
-        run.main = batches
-        run.files = [f for f in source.watch_paths() if f.is_file()]
+        run.files = [f for f in stored.source().watch_paths() if f.is_file()]
     except (OSError, sqlite3.Error) as e:
         raise LoadError(f"{stored.store}: cannot read run {stored.run_id} ({_reason(e)})") from None
+    run.main = StoredBatches(stored)
     return run
+
+
+class StoredBatches:
+    """A store's run, read through a fresh source each time it is walked (as
+    :class:`FileBatches` reads a file: one poll's batches held at a time)."""
+
+    def __init__(self, stored: StoredRun) -> None:
+        assert stored.source is not None
+        self.stored = stored
+
+    def __iter__(self) -> Iterator[RecordBatch]:
+        stored = self.stored
+        try:
+            source = stored.source()  # type: ignore[misc]
+            while True:
+                yield from source.poll(final=True)
+                if not source.has_more:
+                    break
+        except (OSError, sqlite3.Error) as e:
+            raise LoadError(f"{stored.store}: cannot read run {stored.run_id} "
+                            f"({_reason(e)})") from None
 
 
 def _reason(e: BaseException) -> str:
@@ -170,7 +197,7 @@ def _reason(e: BaseException) -> str:
 
 def _load_path(p: Path) -> LoadedRun:
     """A metrics file or a run directory."""
-    from trainwatch.formats.detect import find_metric_files, read_file
+    from trainwatch.formats.detect import find_metric_files
 
     try:
         if p.is_dir():
@@ -182,17 +209,16 @@ def _load_path(p: Path) -> LoadedRun:
             files = [p]
         run = LoadedRun(path=p, format="")
         main_file = next((f for f in files if rank_of(f) is None), None)
-        console = _ConsoleLines()
+        carries_console = False
         for f in files:
             r = rank_of(f)
-            batches: Iterable[RecordBatch] = FileBatches(f)
-            if r is None and f == main_file and batches.format == "wandb":
-                # its console comes with its records: read at once (held, unlike the others)
-                batches = read_file(f, fmt="wandb", on_text=console.add)
+            batches = FileBatches(f)
             if r is None and f == main_file:
+                if batches.format == "wandb":  # its console comes with its records
+                    batches.on_console = run.take_console
+                    carries_console = True
                 run.main = batches
-                run.format = (batches.first_format() if isinstance(batches, FileBatches)
-                              else batches[0].format if batches else "jsonl")
+                run.format = batches.first_format()
             elif r is not None:
                 run.ranks[r] = batches
             run.files.append(f)
@@ -201,8 +227,7 @@ def _load_path(p: Path) -> LoadedRun:
             first = min(run.ranks)
             run.main = run.ranks[first]
             run.format = "jsonl"
-        run.console, run.console_first_line = console.result()
-        console_dir = p if p.is_dir() and not run.console else None
+        console_dir = p if p.is_dir() and not carries_console else None
         if console_dir is not None:
             for name in CONSOLE_NAMES:
                 c = console_dir / name
