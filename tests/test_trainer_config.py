@@ -164,15 +164,19 @@ def test_trainer_entry_points_do_not_import_torch():
     assert r.returncode == 0, r.stderr
 
 
-def test_a_rank_fault_needs_its_ranks():
+def test_a_rank_fault_needs_its_ranks(tmp_path):
     """slow_rank slows rank 1: with one process there is no rank 1. The packaged config asks for
-    two (dist.nproc), which the trainer launches itself; asking for fewer is one line that says
-    what to set."""
+    two (dist.nproc), which the trainer launches itself; started as one process with fewer, it
+    says what to set in one line, before torch is imported."""
     assert load_config("faults/slow_rank").dist.nproc == 2
-    with pytest.raises(ConfigError, match=r"fault\.rank: .*set dist\.nproc=2"):
-        load_config("faults/slow_rank", ["dist.nproc=1"])
     with pytest.raises(ConfigError, match=r"dist\.nproc: must be >= 1"):
         load_config("mlp", ["dist.nproc=0"])
+    env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK")}
+    r = subprocess.run([sys.executable, "-m", "trainwatch.trainer", "faults/slow_rank",
+                        "--set", "dist.nproc=1", "--run-dir", str(tmp_path / "r")], check=False,
+                       capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode == 2 and "set dist.nproc=2" in r.stderr and r.stderr.count("\n") == 1
+    assert not (tmp_path / "r").exists()
 
 
 def test_a_config_for_more_ranks_than_torchrun_started_is_refused(tmp_path):

@@ -89,7 +89,14 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
         return 0
     rank = int(os.environ.get("RANK", "0") or 0)
     world = int(os.environ.get("WORLD_SIZE", "1") or 1)
-    if cfg.dist.nproc > 1 and "WORLD_SIZE" not in os.environ:
+    under_torchrun = "WORLD_SIZE" in os.environ
+    if cfg.fault.kind == "slow_rank" and cfg.fault.rank >= (world if under_torchrun
+                                                             else cfg.dist.nproc):
+        how = (f"torchrun started {world} processes" if under_torchrun
+               else f"dist.nproc is {cfg.dist.nproc}: set dist.nproc={cfg.fault.rank + 1}")
+        return fail(f"fault.rank: slow_rank slows rank {cfg.fault.rank}, but {how} (or choose a "
+                    "lower fault.rank)")
+    if cfg.dist.nproc > 1 and not under_torchrun:
         return launch_ranks(cfg.dist.nproc, list(sys.argv[1:] if argv is None else argv))
     if cfg.dist.nproc > 1 and world != cfg.dist.nproc:
         return fail(f"dist.nproc is {cfg.dist.nproc} but torchrun started {world} processes: "

@@ -262,11 +262,6 @@ def _validate(cfg: Config) -> None:
             raise ConfigError(f"{key}: must be > 0, got {v}")
     if cfg.dist.nproc < 1:
         raise ConfigError(f"dist.nproc: must be >= 1, got {cfg.dist.nproc}")
-    if cfg.fault.kind == "slow_rank" and cfg.fault.rank >= cfg.dist.nproc:
-        raise ConfigError(
-            f"fault.rank: slow_rank slows rank {cfg.fault.rank}, but dist.nproc is "
-            f"{cfg.dist.nproc}: set dist.nproc={cfg.fault.rank + 1} (or more), or fault.rank "
-            f"below {cfg.dist.nproc}")
     for key, v in {"train.lr": cfg.train.lr, "eval.every": cfg.eval.every,
                    "checkpoint.every": cfg.checkpoint.every, "fault.step": cfg.fault.step,
                    "fault.seconds": cfg.fault.seconds, "threads": cfg.threads}.items():
