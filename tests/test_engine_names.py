@@ -11,8 +11,10 @@ import numpy as np
 import pytest
 
 from trainwatch.batch import RecordBatch, SeriesChunk
+from trainwatch.families import FamilyTable, classify_run
 from trainwatch.roles import RoleTable
 from trainwatch.rules import RuleEngine, load_rules_config
+from trainwatch.rules.engine.lanes import lane_specs
 
 CFG = load_rules_config()
 
@@ -28,8 +30,13 @@ def _reference(known: set[str], roles_now: dict[str, str], fallbacks: dict[str, 
                ) -> tuple[dict[int, list[str]], set[str]]:
     """(names cut at their first record, by that record; the names seen afterwards), the plain
     way: the new names in order of their first record; a group first after the batch's first
-    series point waits for its record where it moves a role or resolves one whose fallback is
-    resolved. ``firsts``: each series' first row in the batch (None: no point)."""
+    series point waits for its record where it moves a role, resolves one whose fallback is
+    resolved, or changes the run's lanes (a loss series the loss rules judge apart). ``firsts``:
+    each series' first row in the batch (None: no point)."""
+
+    def lanes(names: set[str], roles: dict[str, str]) -> dict:
+        return lane_specs(names, roles, FamilyTable(table), ("loss", "val_loss"))
+
     first_any = min((r for r in firsts.values() if r is not None), default=0)
     by_row: dict[int, list[str]] = {}
     for name, r in firsts.items():
@@ -51,7 +58,8 @@ def _reference(known: set[str], roles_now: dict[str, str], fallbacks: dict[str, 
         after = table.resolve(names)
         if any(after.get(role) != name if name is not None
                else not fallbacks.get(role, set()).isdisjoint(roles)
-               for role, name in ((role, roles.get(role)) for role in after)):
+               for role, name in ((role, roles.get(role)) for role in after)) \
+                or lanes(names - set(new), roles) != lanes(names, after):
             late[r] = new
         else:
             now += new
@@ -94,7 +102,11 @@ def test_new_names_match_the_plain_reference(seed: int) -> None:
         assert e._new_names(b) == late
         assert e._names == seen
         assert e._roles == table.resolve(seen)
-        assert e._wanted == set(e._roles.values()) | set(e._metrics)
+        fams = classify_run(seen, table)
+        losses = {n for n, f in fams.items() if f.is_loss}
+        lanes = lane_specs(seen, e._roles, FamilyTable(table), ("loss", "val_loss"))
+        lane_series = {n for spec in lanes.values() for _r, n in spec.overrides if n is not None}
+        assert e._wanted == set(e._roles.values()) | set(e._metrics) | losses | lane_series
         for names in late.values():  # as the engine does when it reaches their record
             e._see(names)
 

@@ -71,6 +71,7 @@ before: updates are growing."""
 class DivergenceRule(Rule):
     id = "divergence"
     roles_read = ("loss",)
+    lane_role = "loss"
 
     def __init__(self, cfg: DivergenceConfig, ctx: Context) -> None:
         super().__init__(cfg, ctx)

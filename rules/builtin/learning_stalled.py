@@ -78,6 +78,7 @@ _FLAT_FIXES = (("Print optimizer.param_groups[0]['lr'] and "
 class LearningStalledRule(Rule):
     id = "learning_stalled"
     roles_read = ("loss",)
+    lane_role = "loss"
 
     def __init__(self, cfg: StalledConfig, ctx: Context) -> None:
         super().__init__(cfg, ctx)

@@ -38,6 +38,7 @@ class LossSpikeRule(SpikeRule):
     id = "loss_spike"
     role = "loss"
     roles_read = ("loss",)
+    lane_role = "loss"
 
     def hit(self, f: Points, ev: SpikeEvent) -> Hit:
         step, pos = int(f.steps[ev.index]), int(f.pos[ev.index])

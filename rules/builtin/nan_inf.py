@@ -12,11 +12,13 @@ records all finite; none starts within ``cooldown_steps`` of the last one's star
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
 import numpy as np
 
+from trainwatch.families import classify_run
 from trainwatch.rules.config.schema import RuleBase, integer, names, num, roles, severity
 from trainwatch.rules.detectors.episode import ESCALATE, START_ESCALATED, Episode
 from trainwatch.rules.detectors.stats import median
@@ -52,6 +54,16 @@ MIN_BASELINE = 10
 """Fewer grad-norm points before the lookback than this make no level to measure a blow-up by."""
 
 
+@functools.lru_cache(maxsize=64)
+def loss_watch(losses: tuple[str, ...], roles: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """(label, name) of the run's loss series whose role is watched: every train and val loss
+    a run logs (a GAN's two, six eval sets, a detector's components) can be the one that goes
+    NaN. (Cached: the same run's losses are asked about at every frame.)"""
+    fams = classify_run(losses)
+    labels = (("val_loss" if fams[n].family == "val_loss" else "loss", n) for n in losses)
+    return tuple((label, n) for label, n in labels if label in roles)
+
+
 def _word(v: float) -> str:
     return "NaN" if math.isnan(v) else ("inf" if v > 0 else "-inf")
 
@@ -66,7 +78,9 @@ class NanInfRule(Rule):
         self._watch: list[tuple[str, str | None]] = [
             *((role, None) for role in roles), *((name, name) for name in cfg.metrics)]
         """(label, series name) of the watched series: roles (their series is the frame's)
-        first, in reporting order, then the series watched by name."""
+        first, in reporting order, then the series watched by name (then the run's other
+        losses: :meth:`_losses`)."""
+
 
     def names_read(self) -> tuple[str, ...]:
         return tuple(self.cfg.metrics)
@@ -79,7 +93,10 @@ class NanInfRule(Rule):
         whether all their values are finite."""
         out: dict[str, tuple[str, Points]] = {}
         finite = True
-        for role, name in self._watch:
+        watch = self._watch
+        if frame.losses:
+            watch = [*watch, *loss_watch(frame.losses, self.cfg.roles)]
+        for role, name in watch:
             if name is None:  # a role: its series in this frame
                 name = frame.roles.get(role)
             pts = frame.series.get(name) if name is not None else None

@@ -25,7 +25,13 @@ import numpy as np
 from trainwatch.rules.config.schema import RuleBase, integer, num
 from trainwatch.rules.detectors.blocks import shared_blocks
 from trainwatch.rules.detectors.evals import EvalPool
-from trainwatch.rules.detectors.stats import MAD_TO_SIGMA, improving, noise_sd, small_median
+from trainwatch.rules.detectors.stats import (
+    MAD_TO_SIGMA,
+    improving,
+    median,
+    noise_sd,
+    small_median,
+)
 from trainwatch.rules.engine.base import (
     Context,
     Frame,
@@ -100,6 +106,7 @@ _CAUSES = rank_causes([("the model is memorising the training set (overfitting)"
 class OverfitRule(Rule):
     id = "overfit"
     roles_read = ("loss", "val_loss")
+    lane_role = "val_loss"
 
     def __init__(self, cfg: OverfitConfig, ctx: Context) -> None:
         super().__init__(cfg, ctx)
@@ -123,10 +130,20 @@ class OverfitRule(Rule):
         self.fired = False
         self.noise = 0.0
         """The evaluations' relative noise up to the best one."""
+        self.blocks_seen = False
+        """A train block of ``train_window`` points completed (the train level is its median)."""
         self.pool = EvalPool(self.cfg.train_window)
         """Dense evaluations (a val_loss logged every step or few) are judged pooled."""
+        self.above: list[tuple[int, bool]] = []
+        """(record, worse than the best by ``min_delta``) of the evaluations judged in this
+        frame, after the last one judged before it (``also_at``)."""
+
+    def also_at(self, pos: int) -> bool:
+        """The last evaluation judged at or before ``pos`` was worse than the best one."""
+        return next((up for p, up in reversed(self.above) if p <= pos), False)
 
     def update(self, frame: Frame) -> list[Hit]:
+        self.above = self.above[-1:]
         b = shared_blocks(self.ctx, frame, "loss", self.cfg.train_window)
         val = frame.role("val_loss")
         if len(b):
@@ -147,12 +164,22 @@ class OverfitRule(Rule):
             k = ks[i] if ks is not None else 0
             if k:
                 self.train_now = meds[k - 1]
+            elif self.train_now is None or not self.blocks_seen:
+                self.train_now = self._train_so_far(poss[i])
             hit = self._eval(frame, val, i, v, poss[i], step)
             if hit is not None:
                 hits.append(hit)
         if len(b):
             self.train_now = float(b.med[-1])
+            self.blocks_seen = True
         return hits
+
+    def _train_so_far(self, pos: int) -> float | None:
+        """The train level at record ``pos`` before a first block of ``train_window`` points
+        completed: the median of the train points so far (a run that evaluates from its first
+        steps, or logs its train loss once per evaluation, is judged on what it has)."""
+        _s, v = self.ctx.recent("loss", pos, self.cfg.train_window)
+        return median(v) if v.shape[0] else None
 
     def _eval(self, frame: Frame, val: Points, i: int, v: float, pos: int, step: int) -> Hit | None:
         cfg: OverfitConfig = self.cfg
@@ -163,6 +190,8 @@ class OverfitRule(Rule):
         m = small_median((vals[-3], vals[-2], v) if len(vals) >= 3 else vals)
         if self.best_m is None or m < self.best_m:
             self.best_m = m
+        self.above.append((pos, self.best is not None
+                           and v >= self.best + self.cfg.min_delta * abs(self.best)))
         if self.best is None or v < self.best:
             self.best, self.best_step, self.train_at_best = v, step, self.train_now
             self.worse = 0
@@ -201,14 +230,14 @@ class OverfitRule(Rule):
         self.ctx.log(self.id).add(pos, step)
         best = self.best
         rise = (v - best) / abs(best) if best else 0.0
-        message = (f"val_loss has been above its best for {self.worse} evaluations ({fmt(v)} "
+        message = (f"{val.name} has been above its best for {self.worse} evaluations ({fmt(v)} "
                    f"vs {fmt(best)} at step {self.best_step}) while the train loss does not rise "
                    f"({fmt(t0)} -> {fmt(t1)}).")
         evidence = {"val_loss": r6(v), "best_val_loss": r6(best), "best_step": self.best_step,
                     "val_rise": r6(rise), "evaluations_since_best": self.worse,
                     "train_at_best": r6(t0), "train_now": r6(t1), "min_rise": r6(delta)}
         causes = _CAUSES
-        fixes = [(f"Early-stop at step {self.best_step} (val_loss {fmt(best)}): keep that "
+        fixes = [(f"Early-stop at step {self.best_step} ({val.name} {fmt(best)}): keep that "
                  "checkpoint"),
                  "Add regularisation (weight decay, dropout, augmentation) or more data",
                  f"Train for fewer steps or with a lower LR (val rose {pct(rise)} since its best)"]

@@ -113,6 +113,7 @@ def _lr(frame: Frame) -> Points | None:
 class PlateauRule(Rule):
     id = "plateau"
     roles_read = ("loss", "val_loss", "lr")
+    lane_role = "val_loss"
 
     def __init__(self, cfg: PlateauConfig, ctx: Context) -> None:
         super().__init__(cfg, ctx)
@@ -332,7 +333,7 @@ class PlateauRule(Rule):
                      "the floor), or stop early")
         if which == "val":
             metric, unit = frame.roles.get("val_loss"), "evaluations"
-            message = (f"val_loss has not improved by {pct(delta)} in {span} evaluations "
+            message = (f"{metric} has not improved by {pct(delta)} in {span} evaluations "
                        f"({fmt3(best)} at step {best_step}, {fmt3(now)} now).")
         else:
             metric, unit = frame.roles.get("loss"), "points"

@@ -8,6 +8,11 @@ overfit warnings on a val_loss logged every step of 50k). Dense evaluations are 
 evaluations of each ``window`` steps become their median, judged when the first evaluation of the
 next window arrives (so the decision depends only on records at or before the one that makes it,
 however the stream is batched).
+
+The first ``window`` evaluations are judged one by one all the same: a run logged once per epoch
+(step = epoch, 16 of them) is "dense" in steps, and pooling it would judge one evaluation in 50
+epochs, that is none; a run that evaluates every step pools from its 51st step on, before its
+noise can add up.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ class EvalPool:
     _pool: list[float] = field(default_factory=list)
     _pool_id: int = 0
     _pool_step: int = 0
+    _seen: int = 0
 
     def push(self, value: float, step: int) -> tuple[float, int] | None:
         """The evaluation to judge now, as (value, step of its last evaluation), or None."""
@@ -41,7 +47,8 @@ class EvalPool:
             self._last = step
             if len(self._gaps) >= 2:
                 self.dense = small_median(self._gaps) < self.window
-        if not self.dense:
+        self._seen += 1
+        if not self.dense or self._seen <= self.window:
             return value, step
         bucket = step // self.window
         out = None

@@ -113,6 +113,9 @@ class Frame:
     """All records (metric records and events) of the frame."""
     rec_is_event: np.ndarray
     """Whether each record is an event."""
+    losses: tuple[str, ...] = ()
+    """Every series of a loss family (:mod:`trainwatch.families`: train and val losses, the
+    roles' included), whether or not it has points in this frame."""
 
     def __repr__(self) -> str:
         return (f"Frame(segment={self.segment}, {self.rec_steps.shape[0]} records, "
@@ -242,6 +245,10 @@ class Rule:
     series (a name ranked higher for it appears mid-run, at another scale perhaps), the engine
     rewinds the rule: it starts over on the new series instead of reading the change of series
     as a spike or a rise. Roles read only to diagnose (the LR at a spike) are not listed."""
+    lane_role: str | None = None
+    """The role whose every other family member the rule also judges, in a lane of its own
+    (``loss``: every train loss; ``val_loss``: every val/eval loss; see
+    :mod:`~trainwatch.rules.engine.lanes`)."""
 
     def __init__(self, cfg: Any, ctx: Context) -> None:
         self.cfg = cfg
@@ -266,6 +273,12 @@ class Rule:
 
     def rewind(self) -> None:
         """A new segment starts (a resumed run replays steps): reset per-segment state."""
+
+    def also_at(self, pos: int) -> bool:
+        """Whether the series the rule judges was, at record ``pos``, in the state its alerts
+        describe (a sibling's alert of this rule then names it; see
+        :mod:`~trainwatch.rules.engine.lanes`). Only data at or before ``pos`` may answer."""
+        return False
 
     def arrived(self, now: float | None) -> None:
         """Live: a batch of the main stream arrived at ``now`` (on the clock ``tick`` gets)."""

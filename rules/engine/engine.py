@@ -27,6 +27,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from trainwatch.batch import RecordBatch
+from trainwatch.families import DEFAULT_FAMILIES, FamilyTable
+from trainwatch.roles import DEFAULT_ROLES
 from trainwatch.rules.builtin.console_error import ConsoleRule
 from trainwatch.rules.builtin.custom import CustomRule
 from trainwatch.rules.builtin.divergence import DivergenceRule
@@ -49,6 +51,7 @@ from trainwatch.rules.config.models import RULE_IDS
 from trainwatch.rules.engine.alert import Alert
 from trainwatch.rules.engine.base import Context, Hit, Rule
 from trainwatch.rules.engine.framing import NO_ROWS, event_rows, frame_of
+from trainwatch.rules.engine.lanes import Lanes
 
 # Every built-in rule, in the order a frame is given to them: a rule that another one consults
 # runs first (grad spikes before loss spikes and NaNs, state_detach before memory_growth and
@@ -90,6 +93,8 @@ class RuleEngine:
         self._names: set[str] = set()
         self._roles: dict[str, str] = {}
         self._wanted: set[str] = set()
+        self._losses: tuple[str, ...] = ()
+        """Every loss series of the run (``Frame.losses``)."""
         """Series names any rule reads (roles, probes, custom metrics)."""
         self._segments: list[int] = []
         """Segment of each alert in ``alerts`` (for the replay guard)."""
@@ -104,6 +109,8 @@ class RuleEngine:
         ctx = self.ctx = Context(cfg, self.live)
         rules = [cls(rule_cfg, ctx) for cls, rule_cfg in plan.rules]
         self._rules = rules
+        self._lanes = Lanes(plan.rules, DEFAULT_FAMILIES if cfg.roles is DEFAULT_ROLES
+                            else FamilyTable(cfg.roles))
         self._fallbacks = plan.fallbacks
         self._metrics = frozenset(name for rule in rules for name in rule.names_read())
         self._enabled = plan.enabled
@@ -165,15 +172,18 @@ class RuleEngine:
             if self._segment is not None and seg != self._segment:
                 self._rewind(batch, seg)
             self._segment = seg
-            frame = frame_of(batch, lo, hi, self._wanted, self._roles, ev_rows)
+            frame = frame_of(batch, lo, hi, self._wanted, self._roles, ev_rows, self._losses)
             self.ctx.frame = frame
             piece: list[Hit] = []
             for rule in self._rules:
                 piece.extend(rule.update(frame))
             self.ctx.end_frame(frame)
             self.ctx.frame = None
+            if self._lanes.lanes:
+                piece.extend(self._lanes.update(frame))
             if piece:  # recorded piece by piece: the replay guard of a later segment must see them
-                out.extend(self._record(self._admit(piece)))
+                told = self._lanes.tell(self._admit(piece), self._rules, frame.roles)
+                out.extend(self._record(told))
         self.last_step = int(batch.steps[-1])
         self.last_time = float(batch.times[-1])
         return out
@@ -215,18 +225,20 @@ class RuleEngine:
         late: dict[int, list[str]] = {}
         names = known | set(now)
         roles = self.cfg.roles.resolve(names) if now else self._roles
+        lanes = self._lanes.specs(names, roles)
         for r in sorted(by_row):
             new = by_row[r]
             names.update(new)
             after = self.cfg.roles.resolve(names)
+            after_lanes = self._lanes.specs(names, after)
             # (a role never goes unresolved as names come: after's roles hold roles')
             if not roles.items() <= after.items() or any(
                     role in after and role not in roles and not instead.isdisjoint(roles)
-                    for role, instead in self._fallbacks.items()):
+                    for role, instead in self._fallbacks.items()) or after_lanes != lanes:
                 late[r] = new
             else:
                 now += new
-            roles = after
+            roles, lanes = after, after_lanes
         if now:
             # with no name left for later, the last resolution is that of every name
             self._see(now, None if late else roles)
@@ -238,10 +250,12 @@ class RuleEngine:
         self._names.update(names)
         before = self._roles
         self._roles = self.cfg.roles.resolve(self._names) if roles is None else roles
-        self._wanted = self._interest()
         if not before.items() <= self._roles.items():  # (a role never goes unresolved)
             self._restart({role for role, name in before.items()
                            if self._roles.get(role) != name})
+        self._lanes.sync(self._names, self._roles, self.ctx)
+        self._losses = self._lanes.losses(self._names)
+        self._wanted = self._interest()
 
     def _restart(self, moved: set[str]) -> None:
         """Roles that moved to another series: the rules built on them, and the context's
@@ -281,6 +295,7 @@ class RuleEngine:
         for rule in self._rules:
             rule.rewind()
         self.ctx.rewind()
+        self._lanes.rewind()
         rw = next((r for r in batch.rewinds if r.segment == seg), None)
         if rw is None:
             self._guard_until, self._guard = None, set()
@@ -322,6 +337,8 @@ class RuleEngine:
     def _interest(self) -> set[str]:
         names = set(self._roles.values())
         names.update(self._metrics)
+        names.update(self._lanes.series())
+        names.update(self._losses)
         return names
 
 @dataclass(frozen=True, slots=True)

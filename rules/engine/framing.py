@@ -46,10 +46,12 @@ def event_rows(batch: RecordBatch) -> np.ndarray:
 
 
 def frame_of(batch: RecordBatch, lo: int, hi: int, wanted: Iterable[str],
-             roles: Mapping[str, str], ev_rows: np.ndarray) -> Frame:
+             roles: Mapping[str, str], ev_rows: np.ndarray, losses: tuple[str, ...] = ()
+             ) -> Frame:
     """Records ``lo:hi`` of the batch (one segment) as the frame the rules see: the series
     named in ``wanted`` that have points there, ``roles`` as resolved so far. ``ev_rows``: what
-    :func:`event_rows` returned for the batch."""
+    :func:`event_rows` returned for the batch; ``losses``: the run's loss series
+    (``Frame.losses``)."""
     base = batch.first_record
     whole = lo == 0 and hi == batch.n_records  # (one segment: the usual batch)
     series: dict[str, Points] = {}
@@ -70,4 +72,5 @@ def frame_of(batch: RecordBatch, lo: int, hi: int, wanted: Iterable[str],
     is_event[ev_rows[inside] - lo] = True
     events = tuple(ev for ev, k in zip(batch.events, inside.tolist()) if k)
     return Frame(int(batch.segments[lo]), roles, series, events, batch.steps[lo:hi],
-                 batch.times[lo:hi], np.arange(base + lo, base + hi, dtype=np.int64), is_event)
+                 batch.times[lo:hi], np.arange(base + lo, base + hi, dtype=np.int64), is_event,
+                 losses)
