@@ -132,8 +132,9 @@ class OverfitRule(Rule):
         """The evaluations' relative noise up to the best one."""
         self.blocks_seen = False
         """A train block of ``train_window`` points completed (the train level is its median)."""
-        self.pool = EvalPool(self.cfg.train_window)
-        """Dense evaluations (a val_loss logged every step or few) are judged pooled."""
+        self.pool = EvalPool(self.cfg.train_window, judged_first=self.cfg.train_window)
+        """Dense evaluations (a val_loss logged every step or few) are judged pooled, after the
+        first ``train_window`` (a run logged once per epoch has a few dozen)."""
         self.above: list[tuple[int, bool]] = []
         """(record, worse than the best by ``min_delta``) of the evaluations judged in this
         frame, after the last one judged before it (``also_at``)."""

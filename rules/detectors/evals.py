@@ -9,10 +9,11 @@ evaluations of each ``window`` steps become their median, judged when the first 
 next window arrives (so the decision depends only on records at or before the one that makes it,
 however the stream is batched).
 
-The first ``window`` evaluations are judged one by one all the same: a run logged once per epoch
-(step = epoch, 16 of them) is "dense" in steps, and pooling it would judge one evaluation in 50
-epochs, that is none; a run that evaluates every step pools from its 51st step on, before its
-noise can add up.
+``overfit`` judges its first ``window`` evaluations one by one all the same (``judged_first``): a
+run logged once per epoch (step = epoch, 16 of them) is "dense" in steps, and pooling it would
+judge one evaluation in 50 epochs, that is none; a run that evaluates every step pools from its
+51st step on. (``plateau`` pools from the start: "not improved in 10 evaluations" of a val_loss
+logged every step is 10 steps of a curve still falling slower than its noise.)
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ class EvalPool:
     compared field by field in tests.)"""
 
     window: int
+    judged_first: int = 0
+    """Evaluations judged one by one before dense ones are pooled."""
     dense: bool | None = None
     """None until three evaluations were seen."""
     _gaps: list[int] = field(default_factory=list)
@@ -48,7 +51,7 @@ class EvalPool:
             if len(self._gaps) >= 2:
                 self.dense = small_median(self._gaps) < self.window
         self._seen += 1
-        if not self.dense or self._seen <= self.window:
+        if not self.dense or self._seen <= self.judged_first:
             return value, step
         bucket = step // self.window
         out = None
