@@ -23,6 +23,11 @@ fed live, a frame per 2 KiB read as the TUI tails a file: at most 1 ms of rules 
                                          # clean runs of a loss as noisy as its level apart
     python bench/detect.py --quick       # 5 per kind, 6 clean runs (24k steps)
     python bench/detect.py --json OUT    # also write the scores as JSON
+    python bench/detect.py --no-cadences # the dense table alone
+
+Then the same fault kinds logged every 1, 10 and 50 steps and once per epoch under several
+frameworks' metric names, clean runs at each cadence and long clean runs shaped like
+pre-training (``bench/detect_cadence.py``; full: 3 runs of 1M steps, quick: one of 200k).
 """
 
 from __future__ import annotations
@@ -161,19 +166,25 @@ the parser learns its fast path's schema from the head of the first read either 
 def run_engine(run: SyntheticRun, cfg: Any, cost: Cost, chunk: int = CHUNK) -> list[Alert]:
     """Parse the run's bytes in reads of ``chunk`` (timed: the baseline), then feed it exactly
     as ``trainwatch check`` does (timed), finishing at the run's own clock."""
-    data = run.jsonl()
-    rank_data = {r: run.rank_jsonl(r) for r in run.ranks}
+    return engine_alerts(run.name, run.jsonl(), {r: run.rank_jsonl(r) for r in run.ranks},
+                         run.now, cfg, cost, chunk, run.n_steps)
+
+
+def engine_alerts(name: str, data: bytes, rank_data: dict[int, bytes], now: float, cfg: Any,
+                  cost: Cost, chunk: int = CHUNK, n_steps: int = 0) -> list[Alert]:
+    """Parse a run's JSONL bytes (and its ranks') in reads of ``chunk`` (timed), then feed them
+    exactly as ``trainwatch check`` does (timed), finishing at ``now``."""
     t0 = time.perf_counter()
-    main = parse_chunks(data, f"{run.name}/metrics.jsonl", None, run.now, chunk)
-    ranks = {r: parse_chunks(d, f"{run.name}/metrics.rank{r}.jsonl", r, run.now, chunk)
+    main = parse_chunks(data, f"{name}/metrics.jsonl", None, now, chunk)
+    ranks = {r: parse_chunks(d, f"{name}/metrics.rank{r}.jsonl", r, now, chunk)
              for r, d in rank_data.items()}
     t1 = time.perf_counter()
     engine = RuleEngine(cfg, live=False)
-    feed_run(engine, LoadedRun(Path(run.name), "jsonl", main, ranks), now=run.now)
+    feed_run(engine, LoadedRun(Path(name), "jsonl", main, ranks), now=now)
     t2 = time.perf_counter()
     cost.parse_s += t1 - t0
     cost.rules_s += t2 - t1
-    cost.steps += run.n_steps
+    cost.steps += n_steps
     return list(engine.alerts)
 
 
@@ -344,6 +355,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", type=int, help="runs per fault kind (default 40, quick 5)")
     ap.add_argument("--kinds", help="comma-separated fault kinds (default: all)")
     ap.add_argument("--clean", type=int, help="clean runs (default 25, quick 6)")
+    ap.add_argument("--no-cadences", action="store_true",
+                    help="skip the table at logging cadences and the long pre-training runs")
     ap.add_argument("-v", "--verbose", action="store_true",
                     help="list every missed fault, and the rules' cost rule by rule")
     args = ap.parse_args(argv)
@@ -490,6 +503,18 @@ def main(argv: list[str] | None = None) -> int:
         for name, sec in spent.most_common():
             print(f"  {name:<24} {sec:6.3f} s  {sec / parse_s:5.3f}x")
 
+    cadences = None
+    if not args.no_cadences:
+        from bench.detect_cadence import print_cadences, run_cadences
+
+        t0 = time.perf_counter()
+        longs = ([(0, 200_000, "10", 0)] if args.quick else
+                 [(0, 1_000_000, "1", 0), (0, 1_000_000, "10", 1), (1, 1_000_000, "50", 0)])
+        res = run_cadences(cfg, kinds, n_seeds, 600 if args.quick else 1000, lengths, n_clean,
+                           longs)
+        cadences = print_cadences(res, kinds, args.verbose)
+        print(f"cadences' wall time {time.perf_counter() - t0:.1f} s")
+
     if args.json:
         doc = {
             "sizes": {"seeds_per_kind": n_seeds, "clean_runs": n_clean, "clean_steps": clean_total},
@@ -506,6 +531,7 @@ def main(argv: list[str] | None = None) -> int:
                               "parse_s": live.parse_s, "rules_s": live.rules_s,
                               "ratio": live.ratio}},
             "all_targets_met": all_ok,
+            "cadences": cadences,
         }
         args.json.write_text(json.dumps(_json_safe(doc), indent=2) + "\n")
     return 0

@@ -85,6 +85,9 @@ class Label:
     """A detection at ``step <= alarm <= step + delta_max`` is a true positive."""
     params: Mapping[str, float] = field(default_factory=dict)
     """The fault's size: spike factor, doubling time, leak rate..."""
+    span: int | None = None
+    """Steps the injected effect lasts from ``step`` on; None: to the run's end. A sparse
+    logging cadence can miss a short one (``bench/cadence.py`` decides visibility by it)."""
 
 
 @dataclass(frozen=True)
