@@ -55,6 +55,16 @@ def _reference_block(rule: DivergenceRule, b: Blocks, i: int, med: float, seg: n
         rule._note_best(level, 0)
         return False
     best = rule.best
+    # the loss's own wander: a rise above the best that came back down by half (in log terms)
+    # is the least the bars ask from here on (the best's reset of it is _note_best's)
+    if best > 0:
+        r = max(0.0, (med - best) / best)
+        if r > rule.peak:
+            rule.peak = r
+        elif rule.peak > 0 and math.log1p(r) <= 0.5 * math.log1p(rule.peak):
+            rule.recovered, rule.peak = max(rule.recovered, rule.peak), r
+    rec = rule.recovered
+    rec_err = math.expm1(math.log1p(rec) * error_levels(cfg, rule.nblk) / cfg.noise_factor)
     if med < best and (cfg.cap is None or med <= cfg.cap):
         rule.up = 0
         rule.run_z = []
@@ -68,16 +78,18 @@ def _reference_block(rule: DivergenceRule, b: Blocks, i: int, med: float, seg: n
     # a positive loss's noise multiplies: its noise rise is expm1 of the noise levels (the
     # wander's is taken as it is), its scale the MAD brought back to the best's level
     mult = multiplies(best, mad, med)
-    no_wander = max(cfg.rise, noise_rise(cfg.noise_factor * short, mult))
+    no_wander = max(cfg.rise, noise_rise(cfg.noise_factor * short, mult), rec)
     rise = max(no_wander, cfg.noise_factor * wand)
     scale = bar_scale(best, mad, med)
     up = med > best and med >= best + rise * scale
-    held[0] += med >= best + no_wander * scale and not up
+    # (blocks the long wander or the recovered rise alone kept down)
+    held[0] += med >= best + max(cfg.rise, noise_rise(cfg.noise_factor * short, mult)) * scale \
+        and not up
     capped = cfg.cap is not None and med > cfg.cap
     # the error bar: error_rise, or the rise bar without the wander plus the luck of the best
     # over the segment's blocks when that is more
-    err = capped or (med > best and med >= best + error_rise(
-        cfg, no_wander, short, rule.nblk, mult) * scale)
+    err = capped or (med > best and med >= best + max(error_rise(
+        cfg, no_wander, short, rule.nblk, mult), rec_err) * scale)
     if up or capped:
         rule.up += 1
         rule.quiet = 0
@@ -108,7 +120,7 @@ def _reference_block(rule: DivergenceRule, b: Blocks, i: int, med: float, seg: n
 
 def _core(rule: DivergenceRule) -> tuple:
     return (rule.nblk, rule.best, rule.up, rule.quiet, rule.active, rule.escalated,
-            rule.rearm_below, tuple(rule.run_z))
+            rule.rearm_below, tuple(rule.run_z), rule.peak, rule.recovered)
 
 
 def _medians(rng: np.random.Generator, n: int) -> np.ndarray:
@@ -167,7 +179,7 @@ def test_a_block_below_the_bars_changes_the_state_as_the_definition(
             assert got == want and _core(rule) == _core(ref), (seed, start, i)
             fired += got
             checked += before is not None and m >= before
-    # (blocks the wander alone kept down, and blocks that fired: both paths were checked)
+    # (blocks the wanders alone kept down, and blocks that fired: both paths were checked)
     assert fired >= 1 and checked > 100 and held[0] > 0, (fired, checked, held)
 
 
