@@ -110,6 +110,10 @@ def _lr(frame: Frame) -> Points | None:
     return pts.finite() if pts is not None and len(pts) else None
 
 
+VAL_RISE_NOISE = 4.0
+"""A val loss this many times its evaluations' noise above its best has risen: not a plateau."""
+
+
 class PlateauRule(Rule):
     id = "plateau"
     roles_read = ("loss", "val_loss", "lr")
@@ -220,6 +224,8 @@ class PlateauRule(Rule):
         back = list(self.recent)[-min(self.since_best, TREND_SPAN * patience, TREND_WINDOWS):]
         if improving(back, cfg.improving_tau, cfg.min_delta / 2):
             return None
+        if med > ref + LEVEL_DIFF * max(cfg.min_delta, cfg.noise_factor * noise) * abs(ref):
+            return None  # a loss clearly above where it was has risen: no plateau (divergence's)
         delta = max(cfg.min_delta, cfg.noise_factor * noise)
         self.rearm_below = self._rearm_level(min(self.best, med), delta)  # type: ignore[type-var]
         self.fired += 1
@@ -260,6 +266,9 @@ class PlateauRule(Rule):
             if improving(list(recent)[-min(wait, recent.maxlen or 0):], cfg.improving_tau,
                          cfg.val_min_delta / 2):
                 continue
+            if x > self.v_best + max(cfg.val_min_delta, VAL_RISE_NOISE * self.v_noise) \
+                    * abs(self.v_best):  # type: ignore[operator]
+                continue  # a val loss clearly above its best has risen: overfit's or divergence's
             self.v_rearm_below = self._rearm_level(min(self.v_best, x), self._val_delta())  # type: ignore[type-var]
             over = self.ctx.log("overfit").last(pos)
             if over is not None and over >= self.v_best_step:
