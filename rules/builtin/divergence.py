@@ -97,6 +97,7 @@ class DivergenceRule(Rule):
     id = "divergence"
     roles_read = ("loss",)
     lane_role = "loss"
+    lane_beside_main = False  # (a loss component rising from ~0, or flat, while the total learns)
 
     def __init__(self, cfg: DivergenceConfig, ctx: Context) -> None:
         super().__init__(cfg, ctx)

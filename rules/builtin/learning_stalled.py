@@ -79,6 +79,7 @@ class LearningStalledRule(Rule):
     id = "learning_stalled"
     roles_read = ("loss",)
     lane_role = "loss"
+    lane_beside_main = False  # (a loss component rising from ~0, or flat, while the total learns)
 
     def __init__(self, cfg: StalledConfig, ctx: Context) -> None:
         super().__init__(cfg, ctx)

@@ -249,6 +249,9 @@ class Rule:
     """The role whose every other family member the rule also judges, in a lane of its own
     (``loss``: every train loss; ``val_loss``: every val/eval loss; see
     :mod:`~trainwatch.rules.engine.lanes`)."""
+    lane_beside_main: bool = True
+    """Whether the rule judges the other members when the role has its own series too (False:
+    only where the run has none, as a GAN's two losses)."""
 
     def __init__(self, cfg: Any, ctx: Context) -> None:
         self.cfg = cfg

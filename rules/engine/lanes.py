@@ -9,6 +9,10 @@ with), its own :class:`~trainwatch.rules.engine.base.Context`, and its own insta
 that judge that role (``Rule.lane_role``). A lane only speaks about its member: its rules' alerts
 about other series (the train loss that a val lane's plateau also reads) are the main lane's.
 
+Beside a main series, some rules leave the members alone (``Rule.lane_beside_main``): a loss's
+components are judged for spikes and NaN, but an auxiliary term that starts near 0 and grows, or
+stays flat, is no divergence and no stall while the total learns.
+
 A member is not a lane when it is another reduction of the main series (Lightning's
 ``train_loss_epoch`` beside ``train_loss_step``): the same quantity told twice.
 
@@ -48,6 +52,8 @@ class LaneSpec:
     role: str
     overrides: tuple[tuple[str, str | None], ...]
     """(role, series) pairs put over the run's roles (None: the lane has no such series)."""
+    beside_main: bool = False
+    """The role has its own series in the run (the member is one more: a loss component)."""
 
     def roles(self, run_roles: Mapping[str, str]) -> dict[str, str]:
         out = dict(run_roles)
@@ -84,7 +90,7 @@ def lane_specs(names: Iterable[str], roles: Mapping[str, str], table: FamilyTabl
             overrides: tuple[tuple[str, str | None], ...] = ((role, name),)
             if role == "val_loss":
                 overrides += (("loss", f.pair or roles.get("loss")),)
-            out[name] = LaneSpec(name, role, overrides)
+            out[name] = LaneSpec(name, role, overrides, role in roles)
     return out
 
 
@@ -107,7 +113,8 @@ class Lane:
         for key, state in main.shared.items():
             if isinstance(key, tuple) and key[:1] and key[0] in shared_roles:
                 ctx.shared[key] = deepcopy(state)
-        self.rules = [cls(cfg, ctx) for cls, cfg in classes if cls.lane_role == spec.role]
+        self.rules = [cls(cfg, ctx) for cls, cfg in classes if cls.lane_role == spec.role
+                      and (cls.lane_beside_main or not spec.beside_main)]
 
     def update(self, frame: Frame) -> list[Hit]:
         lane_frame = replace(frame, roles=self.spec.roles(frame.roles))
