@@ -8,17 +8,40 @@ re-armed by ``rearm_points`` non-zero values in a row). A loss that mixes exact 
 margin, detection losses on easy batches) has runs of zeros: with ``mixed_points``, a run of
 ``zero_points`` zeros fires only after ``mixed_points`` non-zero values in a row (or none before
 it), and a run of ``max(zero_points, mixed_points)`` zeros always (the loss turned into zeros).
+
+Two readings a person makes of such numbers are made too:
+
+* a constant run at the series' logging precision floor (HF rounds the loss to 4 decimals: a loss
+  of 2e-4 is written 0.0002 again and again) is a loss that converged below what its log can
+  show (:func:`~trainwatch.precision.at_precision_floor`): an info, not "nothing is learning";
+* a loss whose first ``chance_points`` points sit flat at ln(k), never below it (ln 2 = 0.6931,
+  ln 10 = 2.3026), is a model predicting every one of k classes alike
+  (:mod:`~trainwatch.rules.detectors.chance`): a warning at the last of those points. Only where
+  one k explains the level: near a vocabulary's size every level fits some k.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
+from trainwatch.precision import at_precision_floor, logging_precision, quantum
 from trainwatch.rules.config.schema import RuleBase, integer
+from trainwatch.rules.detectors.chance import chance_level
 from trainwatch.rules.engine.alert import Cause
-from trainwatch.rules.engine.base import Context, Frame, Hit, Points, Rule, fmt, r6, rank_causes
+from trainwatch.rules.engine.base import (
+    Context,
+    Frame,
+    Hit,
+    Points,
+    Rule,
+    fmt,
+    fmt3,
+    r6,
+    rank_causes,
+)
 
 
 @dataclass(frozen=True)
@@ -35,6 +58,9 @@ class StalledConfig(RuleBase):
     none before it): a loss that mixes exact zeros with other values (hinge, margin and detection
     losses on easy batches) has runs of zeros. A run of this many zeros is one in any loss (it
     turned into zeros altogether). 0: every run of ``zero_points`` zeros."""
+    chance_points: int = integer(ge=0)
+    """The first this many loss points flat at ln(k), never below it: a uniform prediction over
+    k classes (0: not looked for)."""
 
 
 _NO_ZERO_YET = 1 << 40
@@ -75,6 +101,29 @@ _FLAT_FIXES = (("Print optimizer.param_groups[0]['lr'] and "
                 "surgery, and that optimizer.step() runs every step"))
 
 
+CHANCE_FLAT = 0.1
+"""A uniform prediction's cross-entropy is ln k whatever the labels: flat. The level must be
+pinned down to this share of the gap to ln(k + 1) (0.0095 at ln 10, 0.04 at ln 2): a noisier
+loss that only passes near some ln k is no evidence of it."""
+PRECISION_POINTS = 256
+"""Loss points the logging precision is read from (the run of equal values and what came
+before it)."""
+_FLOOR_CAUSES = rank_causes([
+    ("the loss is below what its log can show (the logger rounds it: HF Trainer to 4 decimals)",
+     0.8),
+    ("the model has fit the training set (check the val loss for overfitting)", 0.4)])
+_FLOOR_FIXES = ("Log the loss with more digits (e.g. f\"{loss:.3e}\") to see it move",
+                "Watch the val loss: a train loss this low often means memorisation")
+_CHANCE_CAUSES = rank_causes([
+    (("the model outputs the same distribution for every input: labels not reaching the loss "
+     "(shuffled or constant), inputs all alike (a broken pipeline), or a dead network"), 0.6),
+    ("the learning rate is 0 or far too low, or the optimizer does not hold the parameters", 0.4),
+    ("the LR is far too high and the model collapsed to a uniform output", 0.3)])
+_CHANCE_FIXES = ("Overfit one small batch: a model that cannot is broken, not slow",
+                 "Check that labels match inputs (print a few pairs) and vary across the batch",
+                 "Print the LR and the grad norm of the first steps")
+
+
 class LearningStalledRule(Rule):
     id = "learning_stalled"
     roles_read = ("loss",)
@@ -88,6 +137,8 @@ class LearningStalledRule(Rule):
         self.rewind()
 
     def rewind(self) -> None:
+        self.first: list[float] = []
+        """The segment's first ``chance_points`` loss values (the chance-level test)."""
         self.prev: float | None = None
         """The last value, and the length and first step of its run of equal values."""
         self.prev_len = 0
@@ -105,6 +156,36 @@ class LearningStalledRule(Rule):
         f = loss.finite() if loss is not None else None
         if f is None or not len(f):
             return []
+        chance = self._chance(f) if len(self.first) < self.cfg.chance_points else []
+        return chance + self._runs(f)
+
+    def _chance(self, f: Points) -> list[Hit]:
+        """The first ``chance_points`` points, judged at the last of them (at chance or not)."""
+        cfg: StalledConfig = self.cfg
+        k = cfg.chance_points - len(self.first)
+        self.first.extend(f.values[:k].tolist())
+        if len(self.first) < cfg.chance_points:
+            return []
+        values = np.asarray(self.first)
+        at = chance_level(values, quantum(values) or 0.0)
+        # only a flat level that one k explains: near a vocabulary's size every level fits some
+        # k (a loss flat at 7.6 is "ln 2000" as much as it is a plateau), and is no evidence
+        if at is None or not at.exact or at.tol > CHANCE_FLAT * (
+                math.log(at.classes + 1) - math.log(at.classes)):
+            return []
+        i = min(k, len(f)) - 1
+        about = ""
+        message = (f"The loss has sat at {at.level:.4g} for its first {len(values)} points: "
+                   f"ln({about}{at.classes}), the loss of predicting each of {about}{at.classes} "
+                   "classes alike. The model is at chance.")
+        evidence = {"level": r6(at.level), "ln_classes": r6(math.log(at.classes)),
+                    "classes": at.classes, "exact": at.exact, "tolerance": r6(at.tol),
+                    "points": len(values)}
+        return [self.alert(pos=int(f.pos[i]), severity=cfg.severity, step=int(f.steps[i]),
+                           time=float(f.times[i]), metric=f.name, message=message,
+                           evidence=evidence, causes=_CHANCE_CAUSES, fixes=_CHANCE_FIXES)]
+
+    def _runs(self, f: Points) -> list[Hit]:
         cfg: StalledConfig = self.cfg
         v = f.values
         m = v.shape[0]
@@ -194,6 +275,15 @@ class LearningStalledRule(Rule):
             g = self.ctx.latest("grad_norm", pos)
             evidence.update({"lr": r6(lr) if lr is not None else None,
                              "grad_norm": r6(g) if g is not None else None})
+            _s, recent = self.ctx.recent("loss", pos, PRECISION_POINTS)
+            if at_precision_floor(value, recent):
+                p = logging_precision(recent)
+                evidence["quantum"] = r6(p.quantum(value)) if p is not None else None
+                message = (f"The loss has been logged as {fmt3(value)} since step {since} ({n} "
+                           "points): it converged below the precision it is logged at.")
+                return self.alert(pos=pos, severity="info", step=step, time=float(f.times[i]),
+                                  metric=f.name, message=message, evidence=evidence,
+                                  causes=_FLOOR_CAUSES, fixes=_FLOOR_FIXES)
             message = (f"The loss has been exactly {fmt(value)} since step {since} ({n} points): "
                        "nothing is learning.")
             causes, fixes = _flat_causes(lr is not None and lr <= 0, g), _FLAT_FIXES
