@@ -40,6 +40,7 @@ from trainwatch.rules.builtin.nan_inf import NanInfRule
 from trainwatch.rules.builtin.overfit import OverfitRule
 from trainwatch.rules.builtin.plateau import PlateauRule
 from trainwatch.rules.builtin.rank_straggler import RankStraggler
+from trainwatch.rules.builtin.run_crashed import RunCrashedRule
 from trainwatch.rules.builtin.stalled_stream import StalledStreamRule
 from trainwatch.rules.builtin.state_detach import StateDetachRule
 from trainwatch.rules.builtin.step_time_outlier import StepTimeOutlierRule
@@ -69,6 +70,7 @@ _RULES: tuple[tuple[str, type[Rule]], ...] = (
     ("lr_exhausted", LrExhaustedRule),
     ("rank_straggler", RankStraggler),
     ("console_error", ConsoleRule),
+    ("run_crashed", RunCrashedRule),
     ("stalled_stream", StalledStreamRule),
 )
 _RANK = {rid: i for i, rid in enumerate(RULE_IDS)}
