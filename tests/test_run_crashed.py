@@ -223,3 +223,21 @@ def test_report_says_how_the_run_ended(tmp_path: Path) -> None:
     assert status_of("stop", {"status": "interrupted", "exit_code": 143})[0] == (
         "| status | interrupted, exit code 143: SIGTERM |")
     assert status_of("killed", {"status": "killed"})[0] == "| status | killed |"
+
+
+def test_a_crash_of_a_state_never_detached_defers_to_the_probe() -> None:
+    """The trainer's probe said the state was attached (state_detach, an error) before the run
+    died of PyTorch's second-backward error: the crash is the symptom, told once."""
+    error = ("RuntimeError: Trying to backward through the graph a second time (or directly "
+             "access saved tensors after they have already been freed).")
+    lines = [json.dumps(r).encode() + b"\n" for r in (
+        {"event": "run_start", "time": 1000.0},
+        {"step": 1, "time": 1001.0, "loss": 2.0, "state_attached": 0},
+        {"step": 2, "time": 1002.0, "loss": 1.9, "state_attached": 1},
+        {"event": "run_end", "time": 1003.0, "status": "crashed", "exit_code": 1, "error": error})]
+    assert [(a.rule, a.step) for a in alerts_of(lines)] == [("state_detach", 2)]
+    for chunks in ([1], [2], [3]):
+        assert alerts_of(lines, chunks) == alerts_of(lines)
+    without_probe = [ln for ln in lines if b"state_attached\": 1" not in ln]
+    [a] = crashes(alerts_of(without_probe))
+    assert (a.rule, a.evidence["kind"]) == ("run_crashed", "backward_twice")

@@ -52,6 +52,9 @@ class CrashConfig(RuleBase):
 
 STOP_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM})
 """Signals that ask a process to stop: its run was stopped, it did not crash."""
+DETACH_KINDS = frozenset({"backward_twice"})
+"""Errors of a recurrent state never detached: ``state_detach``'s to tell when it already has
+(it runs before this rule in a frame)."""
 UNCLEAR_STATUSES = frozenset({"unknown"})
 """Statuses that say nothing of how the run went (``RunWriter``'s for a writer closed at exit):
 without an exit code or an error text, an info."""
@@ -201,6 +204,8 @@ class RunCrashedRule(Rule):
         if known is not None:
             if told_by(self.ctx, known.kind) == "console_error":
                 return None  # the console told this error already: one cause, told once
+            if known.kind in DETACH_KINDS and self.ctx.log("state_detach").last(pos) is not None:
+                return None  # state_detach told it (its probe): the crash is its symptom
             self.ctx.errors_told[known.kind] = self.id
             evidence["kind"] = known.kind
             return self.alert(pos=pos, severity=self.cfg.severity, step=step, time=time,

@@ -53,7 +53,8 @@ from trainwatch.rules.engine.framing import NO_ROWS, event_rows, frame_of
 
 # Every built-in rule, in the order a frame is given to them: a rule that another one consults
 # runs first (grad spikes before loss spikes and NaNs, state_detach before memory_growth and
-# throughput_drop, overfit before plateau). The rank and console rules read no frames.
+# throughput_drop, overfit before plateau, state_detach before run_crashed). The rank and
+# console rules read no frames.
 _RULES: tuple[tuple[str, type[Rule]], ...] = (
     ("grad_explosion", GradExplosionRule),
     ("loss_spike", LossSpikeRule),
