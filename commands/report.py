@@ -54,6 +54,7 @@ from trainwatch.commands.verdict import (
 )
 from trainwatch.humanize import fmt_count, fmt_duration, fmt_num
 from trainwatch.roles import DEFAULT_ROLES, RoleTable
+from trainwatch.rules.builtin.run_crashed import RunEnd
 from trainwatch.rules.engine.alert import SEVERITY_RANK, Alert, json_safe
 from trainwatch.safe_text import clean
 
@@ -100,6 +101,9 @@ class Report:
     """Lines of the main stream skipped as malformed: the figures are of the rest."""
     first_malformed: str | None = None
     """The first of them as ``FILE:LINE: reason``."""
+    end: Mapping[str, Any] | None = None
+    """How the last ``run_end`` said the run ended: ``status``, ``exit_code``, ``error`` (each
+    None where it said nothing)."""
 
     def to_dict(self) -> dict[str, Any]:
         d = {k: v for k, v in asdict(self).items() if k not in ("alerts", "verdict")}
@@ -193,6 +197,7 @@ def build_report(run: LoadedRun, cfg: Any, checked: CheckResult | None = None) -
         steps=len(tally.steps), first_step=first_step, last_step=last_step,
         duration_s=duration, throughput=throughput, throughput_unit=tp_unit,
         step_time_s=step_time, loss=loss_sum, val_loss=val_sum, lr=lr_sched, ended=tally.ended,
+        end=None if tally.end is None else asdict(RunEnd.of(tally.end)),
         alerts=result.alerts, verdict=verdict, sparklines=sparks, role_moves=moves,
         malformed=result.malformed, first_malformed=result.first_malformed,
     )
@@ -257,6 +262,20 @@ def spark_text(means: np.ndarray, bad: np.ndarray) -> str:
     )
 
 
+def end_status(end: Mapping[str, Any] | None) -> str:
+    """The report's status line for a run whose ``run_end`` was seen: ``finished (run_end
+    seen)`` for a clean end, else what the end said (``crashed, exit code 1: ValueError: x``)."""
+    e = RunEnd(**end) if end is not None else RunEnd(None, None, None)
+    if e.exit_code in (0, None) and e.error is None and e.status in (None, "finished"):
+        return "finished (run_end seen)"
+    parts = [e.status or "ended"]
+    how = RunEnd(None, e.exit_code, None).how()  # (the exit code, and the signal it means)
+    if how:
+        parts.append(how)
+    text = ", ".join(parts)
+    return f"{text}: {e.error}" if e.error else text
+
+
 def format_report_json(report: Report) -> str:
     return json.dumps(report.to_dict(), indent=2, allow_nan=False)
 
@@ -274,7 +293,7 @@ def format_report_markdown(report: Report) -> str:
         out.append(f"| malformed lines | {fmt_count(r.malformed)} skipped; the first, "
                    f"{_cell(str(r.first_malformed))} ('trainwatch inspect' lists them) |")
     if r.ended:
-        out.append("| status | finished (run_end seen) |")
+        out.append(f"| status | {_cell(end_status(r.end))} |")
     elif r.format == "jsonl":  # other formats have no end marker to miss
         out.append("| status | no run_end: still running, or it died |")
     if r.duration_s is not None:

@@ -7,8 +7,9 @@ Every figure is the one the whole-run code computed on concatenated arrays (test
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -175,6 +176,8 @@ class RunTally:
     """Records with a finite time."""
     ended: bool = False
     """A ``run_end`` event was seen."""
+    end: Mapping[str, Any] | None = None
+    """The fields of the last ``run_end`` (``status``, ``exit_code``, ``error``...)."""
     series: dict[str, SeriesTally] = field(default_factory=dict)
     """Per name, in order of first appearance."""
     sampled: Callable[[str], bool] = lambda _name: False
@@ -194,7 +197,9 @@ class RunTally:
                 r = self.time_range
                 self.time_range = (lo, hi) if r is None else (min(r[0], lo), max(r[1], hi))
                 self.timed += int(t.shape[0])
-        self.ended = self.ended or any(e.name == "run_end" for e in b.events)
+        for e in b.events:
+            if e.name == "run_end":
+                self.ended, self.end = True, e.fields
         for name, c in b.series.items():
             s = self.series.get(name)
             if s is None:

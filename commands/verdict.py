@@ -15,9 +15,9 @@ from trainwatch.rules.detectors.stats import median
 from trainwatch.rules.engine.alert import SEVERITY_RANK, Alert
 
 UNSTABLE_RULES = ("nan_inf", "divergence", "grad_explosion", "loss_spike")
-BUG_RULES = ("state_detach", "console_error")
+BUG_RULES = ("state_detach", "console_error", "run_crashed")
 """Rules whose error is a bug in the training code or setup: the run's curves mean little until
-it is fixed (a recurrent state never detached, out of memory, an NCCL timeout...)."""
+it is fixed (a recurrent state never detached, out of memory, an NCCL timeout, a crash...)."""
 STUCK_RULES = ("lr_exhausted", "plateau", "learning_stalled", "grad_vanishing")
 TAIL = 0.2
 """Share of the run whose trend decides "still improving" versus "flat"."""

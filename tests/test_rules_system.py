@@ -22,7 +22,7 @@ from trainwatch.formats.jsonl import JsonlParser
 from trainwatch.rules import ConfigError, RuleEngine, load_rules_config
 
 SYSTEM_RULES = ("stalled_stream", "throughput_drop", "memory_growth", "state_detach",
-                "rank_straggler", "console_error")
+                "rank_straggler", "console_error", "run_crashed")
 
 
 @pytest.mark.parametrize("shape", SHAPES)

@@ -161,6 +161,17 @@ def test_oom_is_reported_with_a_checkpoint(tmp_path, capsys):
     assert events(recs, "checkpoint")[-1]["step"] == 6
     assert [s for s, _ in list_checkpoints(d)] == [6]
     assert recs[-1]["status"] == "crashed" and recs[-1]["exit_code"] == 1
+    assert check_crash(d) == ("run_crashed", "error", "cuda_oom")
+
+
+def check_crash(run_dir: Path) -> tuple[str, str, str]:
+    """`trainwatch check` on a run the trainer ended crashed (no console.log: it went to the
+    terminal): exit code 1 and one alert, the run's end with its diagnosis."""
+    r = subprocess.run([sys.executable, "-m", "trainwatch", "check", str(run_dir), "--format",
+                        "json"], capture_output=True, text=True, check=False, timeout=120)
+    assert r.returncode == 1, r.stdout + r.stderr
+    [a] = json.loads(r.stdout)["alerts"]
+    return a["rule"], a["severity"], a["evidence"]["kind"]
 
 
 def test_crash_fault_leaves_traceback_and_crashed_end(tmp_path, capsys):
@@ -171,6 +182,7 @@ def test_crash_fault_leaves_traceback_and_crashed_end(tmp_path, capsys):
     recs = records(d)
     assert metrics(recs)[-1]["step"] == 3
     assert recs[-1]["status"] == "crashed" and "InjectedCrash" in recs[-1]["error"]
+    assert check_crash(d) == ("run_crashed", "error", "device_mismatch")
 
 
 def test_nan_fault_logs_non_finite_loss(tmp_path):

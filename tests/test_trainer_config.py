@@ -24,6 +24,7 @@ RULE_IDS = {
     "nan_inf", "loss_spike", "grad_explosion", "grad_vanishing", "learning_stalled", "plateau",
     "divergence", "overfit", "lr_exhausted", "stalled_stream", "step_time_outlier",
     "throughput_drop", "memory_growth", "state_detach", "rank_straggler", "console_error",
+    "run_crashed",
 }
 
 

@@ -119,6 +119,60 @@ KNOWN: tuple[Known, ...] = (
     ),
 )
 
+@dataclass(frozen=True)
+class Diagnosis:
+    """What a known error text means: its kind, one sentence, causes and fixes."""
+
+    kind: str
+    message: str
+    causes: tuple[tuple[str, float], ...]
+    fixes: tuple[str, ...]
+
+
+def diagnose(text: str) -> Diagnosis | None:
+    """The diagnosis of a known error in ``text`` (one of :data:`KNOWN`, or PyTorch's second
+    backward through one graph, a state never detached), else None. ``console_error`` tells it
+    for a console line; ``run_crashed`` for the error text a run ended with."""
+    if _BACKWARD_TWICE.search(text):
+        return Diagnosis("backward_twice", BACKWARD_TWICE_MESSAGE, DETACH_CAUSES, DETACH_FIXES)
+    m = _VERSION.search(text)
+    if m is not None:
+        return Diagnosis("inplace", f"A tensor needed for backward was modified in place (version "
+                                    f"{m.group('n')}, expected {m.group('m')}).",
+                         _INPLACE_CAUSES, _INPLACE_FIXES)
+    for k in KNOWN:
+        m = k.pattern.search(text)
+        if m is not None:
+            return Diagnosis(k.kind, k.message(m), k.causes, k.fixes)
+    return None
+
+
+def told_by(ctx: Context, kind: str) -> str | None:
+    """Which of ``console_error`` and ``run_crashed`` told an error of ``kind`` so far (see
+    :attr:`Context.errors_told`), if either did."""
+    return ctx.errors_told.get(kind)
+
+
+def exception_key(text: str) -> str:
+    """An exception's ``Type: message`` as both sources write it: the console prints the
+    dotted type (``torch.OutOfMemoryError``), a writer often the bare name."""
+    m = _DOTTED.match(text.strip())
+    return EXCEPTION + (m.group("rest") if m else text.strip())[:200]
+
+
+EXCEPTION = "exception:"
+"""Prefix of an exception's key in :attr:`Context.errors_told`."""
+
+
+_DOTTED = re.compile(r"(?:[A-Za-z_]\w*\.)+(?P<rest>[A-Za-z_]\w*(?::.*)?)$")
+_INPLACE_CAUSES = (
+    (("an in-place op (x += ..., relu_(inplace=True), optimizer.step()) changed a tensor the "
+      "backward pass still needs"), 0.7),
+    ("a state kept across steps with retain_graph=True", 0.3))
+_INPLACE_FIXES = ("Replace the in-place op with its out-of-place form (x = x + ...)",
+                  "Find it with torch.autograd.set_detect_anomaly(True)")
+BACKWARD_TWICE_MESSAGE = ("PyTorch refused a second backward through the same graph: the state "
+                          "carried between steps is still attached to it.")
 _BACKWARD_TWICE = re.compile(r"Trying to backward through the graph a second time")
 _VERSION = re.compile(r"is at version (?P<n>\d+); expected version (?P<m>\d+)")
 _KNOWN_ANY = re.compile("|".join(
@@ -197,6 +251,10 @@ class ConsoleRule(Rule):
         if not self._due(f"exception:{kind}:{m.group('msg') or ''}", n):
             return None  # every rank prints the same traceback: one alert
         text = line.strip()[:MAX_TEXT]
+        key = exception_key(text)
+        if told_by(self.ctx, key) == "run_crashed":
+            return None  # the run ended with this exception: told, as an error, with its end
+        self.ctx.errors_told[key] = self.id
         return make_hit(
             self.id, pos=n, severity="warning", step=step, time=time, metric=None,
             message=f"A Python exception was printed: {text} (console line {n:,}, its traceback "
@@ -224,40 +282,24 @@ class ConsoleRule(Rule):
         text = line.strip()[:MAX_TEXT]
         if _BACKWARD_TWICE.search(line):
             self.twice_seen = True
-            return self._detach("backward_twice", n, step, time, text,
-                                "PyTorch refused a second backward through the same graph: the "
-                                "state carried between steps is still attached to it.")
+            return self._detach("backward_twice", n, step, time, text, BACKWARD_TWICE_MESSAGE)
         m = _VERSION.search(line)
-        if m is not None:
-            if self.retain_seen or self.twice_seen:
-                return self._detach("inplace_after_retain", n, step, time, text,
-                                    f"A tensor needed for backward was modified in place (version "
-                                    f"{m.group('n')}, expected {m.group('m')}) after "
-                                    "retain_graph=True: the carried state still points into old "
-                                    "graphs.")
-            if not self.cfg.enabled or not self._due("inplace", n):
-                return None
-            return make_hit(
-                self.id, pos=n, severity=self.cfg.severity, step=step, time=time, metric=None,
-                message=f"A tensor needed for backward was modified in place (version "
-                        f"{m.group('n')}, expected {m.group('m')}).",
-                evidence={"line": n, "text": text, "kind": "inplace"},
-                causes=[(("an in-place op (x += ..., relu_(inplace=True), optimizer.step()) changed "
-                         "a tensor the backward pass still needs"), 0.7),
-                        ("a state kept across steps with retain_graph=True", 0.3)],
-                fixes=["Replace the in-place op with its out-of-place form (x = x + ...)",
-                       "Find it with torch.autograd.set_detect_anomaly(True)"])
-        for k in KNOWN:
-            m2 = k.pattern.search(line)
-            if m2 is None:
-                continue
-            if not self.cfg.enabled or not self._due(k.kind, n):
-                return None
-            return make_hit(self.id, pos=n, severity=self.cfg.severity, step=step, time=time,
-                            metric=None, message=k.message(m2),
-                            evidence={"line": n, "text": text, "kind": k.kind},
-                            causes=k.causes, fixes=k.fixes)
-        return None
+        if m is not None and (self.retain_seen or self.twice_seen):
+            return self._detach("inplace_after_retain", n, step, time, text,
+                                f"A tensor needed for backward was modified in place (version "
+                                f"{m.group('n')}, expected {m.group('m')}) after "
+                                "retain_graph=True: the carried state still points into old "
+                                "graphs.")
+        d = diagnose(line)
+        if d is None or not self.cfg.enabled or not self._due(d.kind, n):
+            return None
+        if told_by(self.ctx, d.kind) == "run_crashed":
+            return None  # the run ended with this error: it was told with its end
+        self.ctx.errors_told[d.kind] = self.id
+        return make_hit(self.id, pos=n, severity=self.cfg.severity, step=step, time=time,
+                        metric=None, message=d.message,
+                        evidence={"line": n, "text": text, "kind": d.kind},
+                        causes=d.causes, fixes=d.fixes)
 
     def _detach(self, kind: str, n: int, step: int, time: float, text: str, message: str
                 ) -> Hit | None:
@@ -265,6 +307,9 @@ class ConsoleRule(Rule):
         severity = self.detach.probe_severity if self.detach.enabled else self.cfg.severity
         if (rule == self.id and not self.cfg.enabled) or not self._due(kind, n):
             return None
+        if told_by(self.ctx, kind) == "run_crashed":
+            return None
+        self.ctx.errors_told[kind] = self.id
         return make_hit(rule, pos=n, severity=severity, step=step, time=time, metric=None,
                         message=message, evidence={"line": n, "text": text, "kind": kind},
                         causes=DETACH_CAUSES, fixes=DETACH_FIXES)

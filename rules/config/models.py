@@ -18,6 +18,7 @@ from trainwatch.rules.builtin.nan_inf import NanInfConfig
 from trainwatch.rules.builtin.overfit import OverfitConfig
 from trainwatch.rules.builtin.plateau import PlateauConfig
 from trainwatch.rules.builtin.rank_straggler import StragglerConfig
+from trainwatch.rules.builtin.run_crashed import CrashConfig
 from trainwatch.rules.builtin.spike_rule import SpikeConfig
 from trainwatch.rules.builtin.stalled_stream import StreamConfig
 from trainwatch.rules.builtin.state_detach import DetachConfig
@@ -42,6 +43,7 @@ RULE_MODELS: dict[str, type[RuleBase]] = {
     "state_detach": DetachConfig,
     "rank_straggler": StragglerConfig,
     "console_error": ConsoleConfig,
+    "run_crashed": CrashConfig,
 }
 """Built-in rule id -> its config model. The ids are stable: users' scripts depend on them."""
 

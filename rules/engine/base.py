@@ -153,6 +153,12 @@ class Context:
         self.logs: dict[str, StepLog] = {}
         self.run_points: dict[str, int] = {}
         """role -> finite points seen in the run (not reset by a rewind)."""
+        self.errors_told: dict[str, str] = {}
+        """Error kind (``cuda_oom``...) -> the rule that told it last: ``console_error`` (a
+        console line) or ``run_crashed`` (the error the run ended with). Each leaves alone what
+        the other told, so one cause seen in both is told once (a run's run_end and console are
+        read in either order). Not reset by a rewind: ``check`` reads the console after every
+        segment of the main stream."""
         self.shared: dict[Any, Any] = {}
         """Per-segment state several rules share (see
         :func:`trainwatch.rules.detectors.blocks.shared_blocks`)."""

@@ -42,6 +42,7 @@ from trainwatch.rules.builtin.nan_inf import NanInfRule
 from trainwatch.rules.builtin.overfit import OverfitRule
 from trainwatch.rules.builtin.plateau import PlateauRule
 from trainwatch.rules.builtin.rank_straggler import RankStraggler
+from trainwatch.rules.builtin.run_crashed import RunCrashedRule
 from trainwatch.rules.builtin.stalled_stream import StalledStreamRule
 from trainwatch.rules.builtin.state_detach import StateDetachRule
 from trainwatch.rules.builtin.step_time_outlier import StepTimeOutlierRule
@@ -55,7 +56,8 @@ from trainwatch.rules.engine.lanes import Lanes
 
 # Every built-in rule, in the order a frame is given to them: a rule that another one consults
 # runs first (grad spikes before loss spikes and NaNs, state_detach before memory_growth and
-# throughput_drop, overfit before plateau). The rank and console rules read no frames.
+# throughput_drop, overfit before plateau, state_detach before run_crashed). The rank and
+# console rules read no frames.
 _RULES: tuple[tuple[str, type[Rule]], ...] = (
     ("grad_explosion", GradExplosionRule),
     ("loss_spike", LossSpikeRule),
@@ -72,6 +74,7 @@ _RULES: tuple[tuple[str, type[Rule]], ...] = (
     ("lr_exhausted", LrExhaustedRule),
     ("rank_straggler", RankStraggler),
     ("console_error", ConsoleRule),
+    ("run_crashed", RunCrashedRule),
     ("stalled_stream", StalledStreamRule),
 )
 _RANK = {rid: i for i, rid in enumerate(RULE_IDS)}
